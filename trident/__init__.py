@@ -1,0 +1,30 @@
+"""trident: Ray Data pipelines fast and OOM-free without hand tuning; a GPU cluster shared well.
+
+``trident.autoscale`` controls any Ray Data pipeline executed inside it; ``trident.sim``
+replays cluster traces through the job layer's policies. Heavy modules load lazily.
+"""
+from __future__ import annotations
+
+from importlib import import_module
+
+from trident.errors import ConfigError, TridentError, UnknownNameError
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "autoscale": ("trident.api", "autoscale"),
+    "Run": ("trident.api", "Run"),
+    "JobScheduler": ("trident.sched.scheduler", "JobScheduler"),
+    "sim": ("trident.sim", None),
+}
+
+__all__ = ["autoscale", "Run", "JobScheduler", "sim", "TridentError", "ConfigError", "UnknownNameError",
+           "__version__"]
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'trident' has no attribute {name!r}")
+    module, attr = _LAZY[name]
+    mod = import_module(module)
+    return mod if attr is None else getattr(mod, attr)

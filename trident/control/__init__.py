@@ -1,0 +1,1 @@
+"""The controller: a pure control loop and the Ray actor shell around it."""

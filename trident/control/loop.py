@@ -1,0 +1,26 @@
+"""The pure control loop run inside the controller actor (and by the simulators)."""
+from __future__ import annotations
+
+import trident.policies  # noqa: F401  (registers the built-in policies)
+from trident.control.policy import POLICIES, Policy, PolicyContext
+from trident.types import Decision, Plan, Snapshot
+
+
+class ControlLoop:
+    """Feeds snapshots to one policy and keeps every decision it made.
+
+    Pure: no Ray, no clock; ``now`` is given by the caller (seconds).
+    """
+
+    def __init__(self, *, policy: str | Policy, context: PolicyContext | None = None) -> None:
+        ctx = context or PolicyContext()
+        self.policy: Policy = POLICIES.create(policy, context=ctx) if isinstance(policy, str) else policy
+        self.decisions: list[Decision] = []
+        self.latest_plan: Plan | None = None
+
+    def step(self, snapshot: Snapshot, now: float) -> Decision:
+        decision = self.policy.step(snapshot, now)
+        self.decisions.append(decision)
+        if decision.plan is not None:
+            self.latest_plan = decision.plan
+        return decision

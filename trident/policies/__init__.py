@@ -1,0 +1,1 @@
+"""Built-in pipeline policies; importing this package registers them in ``POLICIES``."""

@@ -1,0 +1,1 @@
+"""trident.ray_data."""

@@ -1,0 +1,175 @@
+"""Frozen value objects passed between the shim, the controller and the pure decision core.
+
+The shim (inside Ray Data's executor) builds a :class:`Snapshot` every ``interval_s``;
+the controller's :class:`~trident.control.loop.ControlLoop` turns it into a
+:class:`Decision`, whose optional :class:`Plan` holds per-operator
+:class:`OperatorTarget` s that the shim applies. Nothing here imports Ray.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from trident.errors import ConfigError
+
+OperatorKind = Literal["task", "actor", "other"]
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    """The configuration an operator runs with now (what a plan can change).
+
+    ``replicas`` is the actor-pool size (actor ops) or the concurrency cap (task ops,
+    ``None`` when uncapped). Resources are per replica (per actor or per task).
+    """
+
+    kind: OperatorKind
+    replicas: int | None
+    min_replicas: int = 1
+    max_replicas: int | None = None
+    batch_size: int | None = None
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    accelerator_type: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("task", "actor", "other"):
+            raise ConfigError("kind", self.kind, "'task', 'actor' or 'other'")
+        if self.replicas is not None and self.replicas < 0:
+            raise ConfigError("replicas", self.replicas, "an integer >= 0 or None")
+        if self.min_replicas < 0:
+            raise ConfigError("min_replicas", self.min_replicas, "an integer >= 0")
+        if self.max_replicas is not None and self.max_replicas < self.min_replicas:
+            raise ConfigError("max_replicas", self.max_replicas, f"None or >= min_replicas ({self.min_replicas})")
+        if self.batch_size is not None and self.batch_size <= 0:
+            raise ConfigError("batch_size", self.batch_size, "a positive integer or None")
+        if self.num_cpus < 0 or self.num_gpus < 0:
+            raise ConfigError("num_cpus/num_gpus", (self.num_cpus, self.num_gpus), "non-negative numbers")
+
+
+@dataclass(frozen=True)
+class OperatorSnapshot:
+    """One operator at one moment. Counters are cumulative since the execution began;
+    rates are over the last observation interval. Missing measurements are ``None``."""
+
+    name: str
+    index: int
+    config: OperatorConfig
+    rows_out_total: int = 0
+    bytes_out_total: int = 0
+    rows_out_per_s: float = 0.0
+    bytes_out_per_s: float = 0.0
+    rows_in_total: int = 0
+    bytes_in_total: int = 0
+    tasks_running: int = 0
+    tasks_finished: int = 0
+    tasks_failed: int = 0
+    task_duration_p50_s: float | None = None
+    task_duration_p90_s: float | None = None
+    input_queue_blocks: int = 0
+    input_queue_bytes: int = 0
+    object_store_bytes: int = 0
+    actors_running: int = 0
+    actors_pending: int = 0
+    actors_idle: int = 0
+    tasks_in_flight: int = 0
+    backpressured: bool = False
+    heap_rss_bytes: int | None = None
+    """Summed resident memory of the workers running this operator (bytes)."""
+    heap_rss_per_replica_bytes: int | None = None
+    """Largest resident memory of one worker of this operator (bytes)."""
+    busy_s: float | None = None
+    """Cumulative replica-seconds spent executing tasks (for true per-replica rates, DS2)."""
+    completed: bool = False
+
+    @property
+    def input_bytes_per_row(self) -> float | None:
+        return self.bytes_in_total / self.rows_in_total if self.rows_in_total else None
+
+    @property
+    def starved(self) -> bool:
+        """No queued input and nothing running: the operator waited on upstream."""
+        return self.input_queue_blocks == 0 and self.tasks_running == 0 and not self.completed
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """Resources the pipeline may use, as seen at snapshot time."""
+
+    cpus: float
+    gpus: float
+    gpus_by_type: tuple[tuple[str, float], ...] = ()
+    object_store_bytes: int | None = None
+    memory_limit_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Every operator of one execution at time ``time_s`` (seconds since the execution began)."""
+
+    execution_id: str
+    seq: int
+    time_s: float
+    operators: tuple[OperatorSnapshot, ...]
+    cluster: ClusterView
+
+    def operator(self, name: str) -> OperatorSnapshot:
+        for op in self.operators:
+            if op.name == name:
+                return op
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class OperatorTarget:
+    """What a plan wants for one operator. ``None`` fields are left as they are.
+
+    Changing ``batch_size``, ``num_gpus`` or ``accelerator_type`` of an actor operator
+    means a rolling update (new actors first, old ones drained).
+    """
+
+    name: str
+    replicas: int | None = None
+    batch_size: int | None = None
+    num_gpus: float | None = None
+    accelerator_type: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.replicas is not None and self.replicas < 0:
+            raise ConfigError(f"{self.name}.replicas", self.replicas, "an integer >= 0")
+        if self.batch_size is not None and self.batch_size <= 0:
+            raise ConfigError(f"{self.name}.batch_size", self.batch_size, "a positive integer")
+        if self.num_gpus is not None and self.num_gpus < 0:
+            raise ConfigError(f"{self.name}.num_gpus", self.num_gpus, "a number >= 0")
+
+    @property
+    def needs_rollout(self) -> bool:
+        return self.batch_size is not None or self.num_gpus is not None or self.accelerator_type is not None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A set of operator targets, numbered so the shim applies each plan once."""
+
+    seq: int
+    targets: tuple[OperatorTarget, ...]
+    reason: str
+    created_at_s: float
+
+    def target(self, name: str) -> OperatorTarget | None:
+        return next((t for t in self.targets if t.name == name), None)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the control loop decided at one step: a new plan, or ``None`` to keep the current one."""
+
+    time_s: float
+    reason: str
+    plan: Plan | None = None
+    notes: tuple[str, ...] = field(default=())
+
+
+def with_config(op: OperatorSnapshot, **changes) -> OperatorSnapshot:
+    """A copy of ``op`` with its configuration fields changed (handy for tests and the simulator)."""
+    return replace(op, config=replace(op.config, **changes))
