@@ -112,6 +112,8 @@ class Snapshot:
     time_s: float
     operators: tuple[OperatorSnapshot, ...]
     cluster: ClusterView
+    input_rows_total: int | None = None
+    """Rows the first operator receives in all, when known (``None`` for an open-ended stream)."""
 
     def operator(self, name: str) -> OperatorSnapshot:
         for op in self.operators:

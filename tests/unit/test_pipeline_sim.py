@@ -1,0 +1,136 @@
+"""The fluid pipeline simulator: conservation, backpressure, cold starts, OOM, regimes, rolling updates."""
+import pytest
+
+from trident.errors import ConfigError
+from trident.sim.pipeline import PipelineSim, PipelineSpec, Regime, SimNodes, SimOperator, simulate
+from trident.types import Decision, OperatorTarget, Plan
+
+GiB = 2**30
+
+
+class Scripted:
+    """A policy that issues given targets at given times (and records the snapshots it saw)."""
+
+    name = "scripted"
+
+    def __init__(self, script):
+        self.script = sorted(script, key=lambda s: s[0])
+        self.seq = 0
+        self.seen = []
+
+    def step(self, snapshot, now):
+        self.seen.append(snapshot)
+        due = [t for at, t in self.script if at <= now]
+        self.script = [(at, t) for at, t in self.script if at > now]
+        if not due:
+            return Decision(time_s=now, reason="scripted: nothing due")
+        self.seq += 1
+        return Decision(time_s=now, reason="scripted", plan=Plan(seq=self.seq, targets=tuple(due), reason="scripted",
+                                                                 created_at_s=now))
+
+
+def _spec(**kw):
+    ops = (
+        SimOperator(name="read", kind="task", peak_rows_per_s=(("cpu", 100.0),), replicas=4, max_replicas=16),
+        SimOperator(name="ocr", kind="actor", peak_rows_per_s=(("A", 50.0), ("B", 25.0)), replicas=4, max_replicas=16,
+                    num_gpus=1, accelerator_type="A", batch_size=32, selectivity=2.0, cold_start_s=10.0,
+                    heap_base_bytes=1 * GiB, heap_per_batch_row_bytes=GiB / 32),
+        SimOperator(name="embed", kind="actor", peak_rows_per_s=(("A", 200.0), ("B", 120.0)), replicas=4,
+                    max_replicas=16, num_gpus=1, accelerator_type="B", cold_start_s=5.0),
+    )
+    base = dict(operators=ops, nodes=(SimNodes(count=1, cpus=16, gpus=8, gpu_type="A"),
+                                      SimNodes(count=1, cpus=16, gpus=4, gpu_type="B")),
+                total_rows=20_000, noise=0.0, spike_prob=0.0)
+    base.update(kw)
+    return PipelineSpec(**base)
+
+
+def test_every_row_comes_out_exactly_once_and_throughput_matches_the_bottleneck():
+    res = simulate(_spec(), policy=Scripted([]), seed=0)
+    assert res.finished and res.source_rows == 20_000
+    assert res.rows_out == pytest.approx(40_000, rel=1e-9)  # ocr doubles the rows
+    # ocr, the bottleneck: 4 replicas x 50 rows/s; embed takes 2 x 200 of 4 x 120 rows/s; ocr's cold start 10 s
+    assert res.wall_s == pytest.approx(10 + 20_000 / 200, abs=2)
+
+
+def test_backpressure_bounds_queues_and_marks_the_upstream():
+    pol = Scripted([])
+    simulate(_spec(queue_limit_rows=500), policy=pol, seed=0)
+    read = [s.operator("read") for s in pol.seen[20:60]]
+    ocr_q = [s.operator("ocr").input_queue_blocks * 100 for s in pol.seen]
+    assert max(ocr_q) <= 500
+    assert all(r.backpressured for r in read)
+
+
+def test_cold_start_delays_new_replicas_and_snapshot_reports_them_pending():
+    pol = Scripted([(20.0, OperatorTarget(name="ocr", replicas=8))])
+    res = simulate(_spec(), policy=pol, seed=0)
+    at = {round(s.time_s): s.operator("ocr") for s in pol.seen}
+    assert at[25].actors_pending == 4 and at[25].actors_running == 4
+    assert at[32].actors_pending == 0 and at[32].actors_running == 8
+    assert res.reconfigurations == 1
+    assert res.wall_s < 10 + 20_000 / 200  # the pipeline sped up
+
+
+def test_replicas_wait_for_free_gpus():
+    pol = Scripted([(5.0, OperatorTarget(name="ocr", replicas=12))])  # 8 A GPUs in the cluster
+    simulate(_spec(), policy=pol, seed=0)
+    late = pol.seen[40].operator("ocr")
+    assert late.actors_running == 8 and late.actors_pending == 4
+
+
+def test_oom_kills_when_heap_exceeds_the_limit():
+    # ocr replicas hold 1 GiB + 32 rows x 1/32 GiB = 2 GiB each: 4 fit in 9 GiB, 8 do not
+    fine = simulate(_spec(memory_limit_bytes=9 * GiB), policy=Scripted([]), seed=0)
+    assert fine.oom_kills == 0
+    res = simulate(_spec(memory_limit_bytes=9 * GiB), policy=Scripted([(5.0, OperatorTarget(name="ocr", replicas=8))]),
+                   seed=0, max_time_s=400)
+    assert res.oom_kills > 0
+
+
+def test_regime_by_rows_slows_the_operator():
+    ops = list(_spec().operators)
+    ops[1] = SimOperator(**{**ops[1].__dict__, "regimes": (Regime(start=10_000, rate_scale=0.5),), "regime_by": "rows"})
+    res = simulate(_spec(operators=tuple(ops)), policy=Scripted([]), seed=0)
+    assert res.wall_s == pytest.approx(10 + 10_000 / 200 + 10_000 / 100, abs=3)
+
+
+def test_rolling_update_brings_new_replicas_up_before_draining_old():
+    pol = Scripted([(20.0, OperatorTarget(name="ocr", replicas=4, batch_size=64))])
+    simulate(_spec(), policy=pol, seed=0)
+    at = {round(s.time_s): s.operator("ocr") for s in pol.seen}
+    assert at[25].config.batch_size == 64
+    assert at[25].actors_running == 4 and at[25].rows_out_per_s > 0  # old replicas still serve
+    assert at[35].actors_running == 4 and at[35].actors_pending == 0  # new ones warm, old drained
+    assert at[35].heap_rss_per_replica_bytes == 3 * GiB  # 1 GiB + 64 x 1/32 GiB
+
+
+def test_snapshots_carry_busy_time_and_cluster_view():
+    pol = Scripted([])
+    simulate(_spec(), policy=pol, seed=0)
+    s = pol.seen[30]
+    assert dict(s.cluster.gpus_by_type) == {"A": 8.0, "B": 4.0} and s.cluster.cpus == 32
+    embed = s.operator("embed")
+    # embed is not the bottleneck: busy less than its replicas x wall time, but its true rate is its peak
+    first, last = pol.seen[20].operator("embed"), pol.seen[30].operator("embed")
+    true_rate = (last.rows_out_total - first.rows_out_total) / (last.busy_s - first.busy_s)
+    assert true_rate == pytest.approx(120.0, rel=0.02)
+    assert embed.busy_s == pytest.approx(4 * (s.time_s - 10.0) * 400 / 480, rel=0.02)  # busy 5/6 of the time
+
+
+def test_same_seed_same_run_and_noise_changes_it():
+    a = simulate(_spec(noise=0.1, spike_prob=0.05), policy="static", seed=3)
+    b = simulate(_spec(noise=0.1, spike_prob=0.05), policy="static", seed=3)
+    c = simulate(_spec(noise=0.1, spike_prob=0.05), policy="static", seed=4)
+    assert a.wall_s == b.wall_s and a.timeline == b.timeline
+    assert a.timeline != c.timeline
+
+
+def test_bad_spec_names_the_parameter():
+    with pytest.raises(ConfigError, match="total_rows"):
+        _spec(total_rows=0)
+    with pytest.raises(ConfigError, match="accelerator_type"):
+        SimOperator(name="x", kind="actor", peak_rows_per_s=(("A", 1.0),), replicas=1, num_gpus=1,
+                    accelerator_type="Z")
+    with pytest.raises(ConfigError, match="dt_s"):
+        PipelineSim(_spec(), policy="static", dt_s=2.0, interval_s=1.0)

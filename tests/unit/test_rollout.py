@@ -1,0 +1,86 @@
+"""Rollout: make-before-break ordering, bottleneck first, and the cold-start gate."""
+import math
+
+import pytest
+
+from trident.plan.rollout import (
+    PHASE_DRAIN,
+    PHASE_UP,
+    PHASE_UP_AFTER_DRAIN,
+    RolloutInputs,
+    plan_rollout,
+    time_saved_s,
+)
+from trident.types import OperatorConfig, OperatorTarget
+
+CURRENT = {
+    "parse": OperatorConfig(kind="task", replicas=8, num_cpus=1.0),
+    "ocr": OperatorConfig(kind="actor", replicas=2, num_gpus=1.0, batch_size=16, accelerator_type="A"),
+    "embed": OperatorConfig(kind="actor", replicas=4, num_gpus=1.0, batch_size=64),
+}
+
+
+def _inputs(**kw):
+    base = dict(current_throughput_rows_per_s=100.0, new_throughput_rows_per_s=150.0, remaining_rows=None,
+                cold_start_s={"ocr": 20.0, "embed": 10.0, "parse": 0.0},
+                utilisation={"parse": 0.4, "ocr": 1.0, "embed": 0.7})
+    base.update(kw)
+    return RolloutInputs(**base)
+
+
+def test_new_replicas_come_up_before_old_drain_bottleneck_first():
+    targets = (OperatorTarget(name="parse", replicas=4), OperatorTarget(name="embed", replicas=6),
+               OperatorTarget(name="ocr", replicas=4))
+    r = plan_rollout(CURRENT, targets, _inputs())
+    assert r.go
+    assert [(s.operator, s.action, s.phase) for s in r.steps] == [
+        ("ocr", "scale_up", PHASE_UP), ("embed", "scale_up", PHASE_UP), ("parse", "scale_down", PHASE_DRAIN)]
+    assert [len(p) for p in r.phases()] == [2, 1]
+
+
+def test_additions_that_need_freed_resources_wait_for_drains():
+    targets = (OperatorTarget(name="embed", replicas=2), OperatorTarget(name="ocr", replicas=5))
+    r = plan_rollout(CURRENT, targets, _inputs(free_gpus=1.0))
+    assert [(s.operator, s.phase) for s in r.steps] == [("embed", PHASE_DRAIN), ("ocr", PHASE_UP_AFTER_DRAIN)]
+    assert "after drains" in r.steps[1].reason
+
+
+def test_config_change_is_a_rolling_update():
+    targets = (OperatorTarget(name="ocr", replicas=3, batch_size=32, accelerator_type="B"),)
+    r = plan_rollout(CURRENT, targets, _inputs())
+    (step,) = r.steps
+    assert step.action == "update" and step.phase == PHASE_UP and step.target.batch_size == 32
+    assert "batch_size 16 -> 32" in step.reason and "accelerator A -> B" in step.reason
+
+
+def test_gate_refuses_when_gain_times_remaining_work_is_below_cold_start():
+    targets = (OperatorTarget(name="ocr", replicas=3),)
+    # 1,000 rows left: 10 s at 100 rows/s, 6.7 s at 150 rows/s; 3.3 s saved < the 20 s cold start
+    small = plan_rollout(CURRENT, targets, _inputs(remaining_rows=1_000))
+    assert not small.go and "not more than the 20.0 s cold start" in small.reason
+    big = plan_rollout(CURRENT, targets, _inputs(remaining_rows=1_000_000))
+    assert big.go and big.time_saved_s > 20.0
+    stream = plan_rollout(CURRENT, targets, _inputs(remaining_rows=None))
+    assert stream.go and math.isinf(stream.time_saved_s)
+
+
+def test_time_saved_is_gain_times_remaining_work():
+    # 10,000 rows at 100 rows/s: 100 s; at 200 rows/s: 50 s
+    assert time_saved_s(100.0, 200.0, 10_000) == pytest.approx(50.0)
+    assert time_saved_s(100.0, 100.0, 10_000) == 0.0
+    assert time_saved_s(100.0, 80.0, 10_000) == -math.inf
+    assert time_saved_s(0.0, 50.0, 10_000) == math.inf
+    assert time_saved_s(100.0, 150.0, None) == math.inf
+
+
+def test_no_change_no_steps():
+    targets = (OperatorTarget(name="ocr", replicas=2), OperatorTarget(name="embed", batch_size=64))
+    r = plan_rollout(CURRENT, targets, _inputs())
+    assert r.steps == () and not r.go and r.reason == "nothing to change"
+
+
+def test_free_gpus_are_counted_per_accelerator_type():
+    # 4 free GPUs, all of type B: ocr (pinned to A) must wait for drains, embed (untyped) need not
+    targets = (OperatorTarget(name="ocr", replicas=3), OperatorTarget(name="embed", replicas=5))
+    r = plan_rollout(CURRENT, targets, _inputs(free_gpus=4.0, free_gpus_by_type={"A": 0.0, "B": 4.0}))
+    assert [(s.operator, s.phase) for s in r.steps] == [("embed", PHASE_UP), ("ocr", PHASE_UP_AFTER_DRAIN)]

@@ -1,0 +1,140 @@
+"""The ``trident`` policy on the fluid simulator and on hand-built snapshots."""
+import pytest
+
+from trident.control.loop import ControlLoop
+from trident.control.policy import POLICIES, PolicyContext
+from trident.policies.adaptive import TridentPolicy, TridentSettings
+from trident.sim.pipeline import PipelineSpec, Regime, SimNodes, SimOperator, simulate
+from trident.types import ClusterView, OperatorConfig, OperatorSnapshot, Snapshot
+
+GiB = 2**30
+
+
+def _pipeline(*, ocr=16, embed=16, regimes=(), total_rows=60_000, noise=0.05, spike_prob=0.02, memory_limit=None,
+              heap_per_batch_row=0.0):
+    """read (CPU tasks) -> ocr -> embed (GPU actors) on 4 nodes x 8 GPUs of one type."""
+    ops = (
+        SimOperator(name="read", kind="task", peak_rows_per_s=(("cpu", 200.0),), replicas=8, max_replicas=32),
+        SimOperator(name="ocr", kind="actor", peak_rows_per_s=(("A", 40.0),), replicas=ocr, max_replicas=32,
+                    num_gpus=1, accelerator_type="A", batch_size=32, cold_start_s=10.0, heap_base_bytes=2 * GiB,
+                    heap_per_batch_row_bytes=heap_per_batch_row, regimes=regimes, regime_by="rows"),
+        SimOperator(name="embed", kind="actor", peak_rows_per_s=(("A", 80.0),), replicas=embed, max_replicas=32,
+                    num_gpus=1, accelerator_type="A", batch_size=64, cold_start_s=10.0, heap_base_bytes=1 * GiB),
+    )
+    return PipelineSpec(operators=ops, nodes=(SimNodes(count=4, cpus=32, gpus=8, gpu_type="A"),),
+                        total_rows=total_rows, noise=noise, spike_prob=spike_prob, memory_limit_bytes=memory_limit)
+
+
+def _plans(res):
+    assert not [d.reason for d in res.decisions if d.reason.startswith("error")]
+    return [d for d in res.decisions if d.plan is not None]
+
+
+def test_registered_and_every_decision_has_a_reason():
+    assert "trident" in POLICIES.names()
+    res = simulate(_pipeline(total_rows=20_000), policy="trident", seed=0)
+    assert res.finished and all(d.reason for d in res.decisions)
+    assert not [d.reason for d in res.decisions if d.reason.startswith("error")]
+
+
+def test_an_internal_error_keeps_the_plan_and_says_why(monkeypatch):
+    policy = TridentPolicy(context=PolicyContext(seed=0))
+
+    def broken(*_a, **_k):
+        raise RuntimeError("model exploded")
+
+    monkeypatch.setattr(policy, "_plan", broken)
+    res = simulate(_pipeline(total_rows=5_000), policy=policy, seed=0)
+    assert res.finished and res.reconfigurations == 0
+    assert any("model exploded" in d.reason and d.plan is None for d in res.decisions)
+
+
+def test_stationary_noisy_input_means_no_reconfiguration():
+    # ocr 21 x 40 = 840 rows/s, embed 11 x 80 = 880 rows/s: balanced within what 32 GPUs allow
+    spec = _pipeline(ocr=21, embed=11, total_rows=150_000, noise=0.08, spike_prob=0.05)
+    res = simulate(spec, policy="trident", seed=1)
+    assert res.finished
+    assert _plans(res) == [], [d.reason for d in _plans(res)]
+    assert res.reconfigurations == 0
+    assert any(d.reason.startswith("keep") for d in res.decisions)  # it did look, and chose to stay
+
+
+def test_imbalanced_pipeline_is_rebalanced_once_then_left_alone():
+    res = simulate(_pipeline(ocr=8, embed=24, total_rows=200_000), policy="trident", seed=2)
+    plans = _plans(res)
+    assert plans and plans[0].time_s < 60
+    assert all(d.time_s < 150 for d in plans), [(d.time_s, d.reason) for d in plans]
+    final = dict(res.timeline[-1].replicas)
+    assert 19 <= final["ocr"] <= 23 and final["ocr"] + final["embed"] <= 32
+
+
+def test_regime_shift_trident_beats_static_and_explains_why():
+    # from 30% of the dataset on, ocr is 3x slower: GPUs must move from embed to ocr
+    spec = _pipeline(regimes=(Regime(start=30_000, rate_scale=1 / 3),), total_rows=100_000)
+    static = simulate(spec, policy="static", seed=0)
+    trident = simulate(spec, policy="trident", seed=0)
+    assert static.finished and trident.finished
+    assert trident.wall_s < 0.75 * static.wall_s, (trident.wall_s, static.wall_s)
+    notes = " ".join(n for d in trident.decisions for n in d.notes)
+    assert "change: ocr rows/s per replica" in notes
+    late = [d for d in _plans(trident) if d.time_s > 60]
+    assert late and "scale ocr up" in late[0].reason
+    assert trident.oom_kills == 0
+
+
+def test_memory_limit_is_never_exceeded():
+    # each ocr replica holds 2 GiB + 32 rows x 0.25 GiB = 10 GiB; embed 1 GiB: 200 GiB fits at most ~17 ocr replicas
+    spec = _pipeline(ocr=8, embed=8, total_rows=100_000, memory_limit=200 * GiB, heap_per_batch_row=GiB / 4)
+    res = simulate(spec, policy="trident", seed=0)
+    assert res.oom_kills == 0 and _plans(res)
+    assert max(dict(p.replicas)["ocr"] * 10 + dict(p.replicas)["embed"] for p in res.timeline) <= 200
+    assert max(dict(p.replicas)["ocr"] for p in res.timeline) > 8  # it still scaled the bottleneck
+
+
+def _op(name, index, *, replicas, queue, rows_out_total, rows_per_s, running, kind="actor", gpus=1.0):
+    return OperatorSnapshot(
+        name=name, index=index,
+        config=OperatorConfig(kind=kind, replicas=replicas, min_replicas=1, max_replicas=8, num_gpus=gpus,
+                              batch_size=16 if kind == "actor" else None),
+        rows_out_total=rows_out_total, rows_in_total=rows_out_total, bytes_in_total=rows_out_total * 1000,
+        rows_out_per_s=rows_per_s, tasks_running=running, input_queue_blocks=queue,
+        actors_running=running if kind == "actor" else 0, heap_rss_per_replica_bytes=GiB if kind == "actor" else None)
+
+
+def test_shim_like_snapshots_scale_the_bottleneck_without_flapping():
+    """No busy time, one untyped device, little data: the backlogged operator gets the free GPUs, once."""
+    policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=64 * GiB, seed=0),
+                           settings=TridentSettings(bo_trials=0))
+    loop = ControlLoop(policy=policy)
+    replicas = {"slow": 2, "fast": 2}
+    rows = {"slow": 0, "fast": 0}
+    plans = []
+    for k in range(240):
+        t = float(k)
+        jitter = 1.0 + 0.05 * ((k * 7919) % 11 - 5) / 5
+        # slow: 10 rows/s per replica and a backlog; fast: drains whatever slow sends (its queue is empty)
+        out = 10.0 * replicas["slow"] * jitter
+        rows["slow"] += int(out)
+        rows["fast"] += int(out)
+        ops = (_op("slow", 0, replicas=replicas["slow"], queue=50, rows_out_total=rows["slow"], rows_per_s=out,
+                   running=replicas["slow"]),
+               _op("fast", 1, replicas=replicas["fast"], queue=0, rows_out_total=rows["fast"], rows_per_s=out,
+                   running=replicas["fast"]))
+        snap = Snapshot(execution_id="e", seq=k, time_s=t, operators=ops,
+                        cluster=ClusterView(cpus=16, gpus=8, memory_limit_bytes=64 * GiB))
+        d = loop.step(snap, t)
+        assert d.reason
+        if d.plan is not None:
+            plans.append(d)
+            for target in d.plan.targets:
+                if target.replicas is not None:
+                    replicas[target.name] = target.replicas
+    assert plans, "the backlogged operator was never scaled"
+    assert replicas["slow"] >= 5 and replicas["slow"] + replicas["fast"] <= 8
+    assert replicas["fast"] == 2  # no evidence of its capacity: left as it is
+    assert len(plans) <= 3, [p.reason for p in plans]
+
+
+def test_settings_validate():
+    with pytest.raises(Exception, match="plan_interval_s"):
+        TridentSettings(plan_interval_s=0)

@@ -1,0 +1,148 @@
+"""The controller: one Ray actor per run around the pure :class:`ControlLoop`, and the client
+the shim uses from Ray Data's executor thread.
+
+The client never blocks: it sends each snapshot with a fire-and-forget ``.remote()`` and
+collects finished answers with ``ray.wait(timeout=0)``. If the actor dies (or stops
+answering for ``timeout_s``; ``startup_timeout_s`` before its first answer, since a new
+actor may wait for a worker process), the client reports the failure once, with when and
+why, and the shim hands the execution back to stock Ray Data.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from trident.control.loop import ControlLoop
+from trident.control.policy import PolicyContext
+from trident.types import Decision, Snapshot
+
+
+class Controller:
+    """Holds one ControlLoop per execution (two datasets running at once never share policy state)."""
+
+    def __init__(self, *, policy: Any, context: PolicyContext) -> None:
+        self.reset(policy=policy, context=context)
+
+    def reset(self, *, policy: Any, context: PolicyContext) -> None:
+        """Start over for a new run (an idle controller actor is reused rather than restarted)."""
+        self.policy = policy
+        self.context = context
+        self.loops: dict[str, ControlLoop] = {}
+
+    def step(self, snapshot: Snapshot, now: float) -> Decision:
+        loop = self.loops.get(snapshot.execution_id)
+        if loop is None:
+            policy = self.policy if isinstance(self.policy, str) else self.policy(context=self.context)
+            loop = self.loops[snapshot.execution_id] = ControlLoop(policy=policy, context=self.context)
+        return loop.step(snapshot, now)
+
+    def ping(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
+class ControllerFailure:
+    """When (seconds since the run began) and why the controller stopped answering."""
+
+    time_s: float
+    reason: str
+
+
+REUSE_TIMEOUT_S = 2.0
+_idle_lock = threading.Lock()
+_idle: list[tuple[tuple[str, str], Any]] = []
+
+
+def _cluster_key() -> tuple[str, str]:
+    import ray
+
+    ctx = ray.get_runtime_context()
+    return ctx.get_job_id(), ctx.get_node_id()
+
+
+def acquire_controller(*, policy: Any, context: PolicyContext) -> Any:
+    """A controller actor for one run: an idle one of this Ray session, reset, or a new one.
+
+    A new actor needs a worker process (seconds of CPU on a small machine); reusing an idle
+    one keeps that cost off every run but the first. No CPU or GPU is reserved: the
+    controller must never take a pipeline's slot.
+    """
+    import ray
+
+    key = _cluster_key()
+    while True:
+        with _idle_lock:
+            if not _idle:
+                break
+            idle_key, handle = _idle.pop()
+        if idle_key != key:
+            continue
+        try:  # a controller may have died while idle; ask it to start over, briefly
+            ray.get(handle.reset.remote(policy=policy, context=context), timeout=REUSE_TIMEOUT_S)
+            return handle
+        except Exception:
+            continue
+    actor_cls = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=1)(Controller)
+    return actor_cls.remote(policy=policy, context=context)
+
+
+def release_controller(handle: Any) -> None:
+    """Keep a healthy controller for the next run of this Ray session."""
+    with _idle_lock:
+        _idle.append((_cluster_key(), handle))
+
+
+class ControllerClient:
+    """Non-blocking access to a controller actor for one execution."""
+
+    def __init__(self, handle: Any, *, timeout_s: float, clock_origin_s: float, startup_timeout_s: float = 120.0) -> None:
+        self.handle = handle
+        self.timeout_s = timeout_s
+        self.startup_timeout_s = max(startup_timeout_s, timeout_s)
+        self.answered = False
+        self.clock_origin_s = clock_origin_s
+        self._pending: dict[Any, float] = {}
+        self.failure: ControllerFailure | None = None
+
+    def send(self, snapshot: Snapshot) -> None:
+        """Fire and forget: ask the controller to step on ``snapshot``."""
+        if self.failure is not None:
+            return
+        try:
+            ref = self.handle.step.remote(snapshot, snapshot.time_s)
+        except Exception as exc:  # a dead handle can raise on submit
+            self._fail(f"submitting a snapshot failed: {type(exc).__name__}: {exc}")
+            return
+        self._pending[ref] = time.perf_counter()
+
+    def poll(self) -> list[Decision]:
+        """Decisions that arrived since the last poll, oldest first; never waits."""
+        if self.failure is not None or not self._pending:
+            return []
+        import ray
+
+        refs = list(self._pending)
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=True)
+        decisions: list[Decision] = []
+        for ref in refs:  # submission order
+            if ref not in ready:
+                continue
+            self._pending.pop(ref)
+            try:
+                decisions.append(ray.get(ref, timeout=0))
+                self.answered = True
+            except Exception as exc:
+                self._fail(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".strip())
+                return decisions
+        if self._pending:
+            limit_s = self.timeout_s if self.answered else self.startup_timeout_s
+            if time.perf_counter() - min(self._pending.values()) > limit_s:
+                self._fail(f"no answer for {limit_s:.0f} s" + ("" if self.answered else " (never started)"))
+        return decisions
+
+    def _fail(self, reason: str) -> None:
+        if self.failure is None:
+            self.failure = ControllerFailure(time_s=time.perf_counter() - self.clock_origin_s, reason=reason)
+        self._pending.clear()

@@ -1,0 +1,180 @@
+"""From a plan diff to ordered rollout steps, and the gate that decides whether to roll out at all.
+
+New replicas come up before old ones drain, so throughput never dips during a
+change: the bottleneck's additions first, then drains of over-provisioned
+operators, then additions that need the resources those drains free. A change is
+made only when the time it saves on the remaining work exceeds the cold start it
+costs.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from trident.errors import ConfigError
+from trident.types import OperatorConfig, OperatorTarget
+
+Action = Literal["scale_up", "update", "scale_down"]
+
+PHASE_UP, PHASE_DRAIN, PHASE_UP_AFTER_DRAIN = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class RolloutStep:
+    """One operator's change: ``target`` is what the shim applies; ``phase`` orders the steps."""
+
+    operator: str
+    action: Action
+    replicas_from: int
+    replicas_to: int
+    target: OperatorTarget
+    phase: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """Ordered steps and the gate's verdict (``go``) with its reason."""
+
+    steps: tuple[RolloutStep, ...]
+    go: bool
+    reason: str
+    time_saved_s: float
+    cold_start_s: float
+
+    def phases(self) -> list[tuple[RolloutStep, ...]]:
+        """Steps grouped by phase, in the order they are applied (empty phases left out)."""
+        out = []
+        for p in (PHASE_UP, PHASE_DRAIN, PHASE_UP_AFTER_DRAIN):
+            group = tuple(s for s in self.steps if s.phase == p)
+            if group:
+                out.append(group)
+        return out
+
+
+@dataclass(frozen=True)
+class RolloutInputs:
+    """What the gate and the ordering need besides the two configurations.
+
+    ``utilisation`` is demand / capacity per operator (the bottleneck has the highest);
+    ``remaining_rows`` is ``None`` for an unbounded stream. Free resources, when given,
+    decide which additions can start before anything drains: ``free_gpus_by_type`` for
+    operators pinned to an accelerator type, ``free_gpus`` for the others.
+    """
+
+    current_throughput_rows_per_s: float
+    new_throughput_rows_per_s: float
+    remaining_rows: float | None
+    cold_start_s: dict[str, float]
+    utilisation: dict[str, float]
+    free_cpus: float | None = None
+    free_gpus: float | None = None
+    free_gpus_by_type: dict[str, float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.current_throughput_rows_per_s < 0 or self.new_throughput_rows_per_s < 0:
+            raise ConfigError("throughput_rows_per_s",
+                              (self.current_throughput_rows_per_s, self.new_throughput_rows_per_s), "numbers >= 0")
+        if self.remaining_rows is not None and self.remaining_rows < 0:
+            raise ConfigError("remaining_rows", self.remaining_rows, "None or rows >= 0")
+
+
+def time_saved_s(current_rows_per_s: float, new_rows_per_s: float, remaining_rows: float | None) -> float:
+    """Seconds the remaining work takes less at ``new`` than at ``current`` throughput
+    (the expected gain times the remaining work).
+
+    ``inf`` for an unbounded stream that gains, and for a stalled pipeline that the change
+    unblocks; ``-inf`` when the change loses throughput.
+    """
+    if new_rows_per_s <= current_rows_per_s:
+        return 0.0 if new_rows_per_s == current_rows_per_s else -math.inf
+    if remaining_rows is None or current_rows_per_s <= 0:
+        return math.inf
+    return remaining_rows / current_rows_per_s - remaining_rows / new_rows_per_s
+
+
+def plan_rollout(current: dict[str, OperatorConfig], targets: tuple[OperatorTarget, ...],
+                 inputs: RolloutInputs) -> Rollout:
+    """Order the changes from ``current`` to ``targets`` and gate them."""
+    steps: list[RolloutStep] = []
+    for t in targets:
+        cfg = current.get(t.name)
+        if cfg is None:
+            continue
+        cur_n = cfg.replicas or 0
+        new_n = cur_n if t.replicas is None else t.replicas
+        changes = _config_changes(cfg, t)
+        if changes:
+            steps.append(RolloutStep(operator=t.name, action="update", replicas_from=cur_n, replicas_to=new_n,
+                                     target=t, phase=PHASE_UP,
+                                     reason=f"rolling update of {t.name} ({', '.join(changes)}): "
+                                            f"{new_n} new replicas up before {cur_n} old drain"))
+        elif new_n > cur_n:
+            steps.append(RolloutStep(operator=t.name, action="scale_up", replicas_from=cur_n, replicas_to=new_n,
+                                     target=OperatorTarget(name=t.name, replicas=new_n), phase=PHASE_UP,
+                                     reason=f"scale {t.name} up {cur_n} -> {new_n}"))
+        elif new_n < cur_n:
+            steps.append(RolloutStep(operator=t.name, action="scale_down", replicas_from=cur_n, replicas_to=new_n,
+                                     target=OperatorTarget(name=t.name, replicas=new_n), phase=PHASE_DRAIN,
+                                     reason=f"drain {t.name} {cur_n} -> {new_n}"))
+    steps = _order(steps, current, inputs)
+    starting = [s for s in steps if s.action != "scale_down"]
+    cold = max((inputs.cold_start_s.get(s.operator, 0.0) for s in starting), default=0.0)
+    saved = time_saved_s(inputs.current_throughput_rows_per_s, inputs.new_throughput_rows_per_s,
+                         inputs.remaining_rows)
+    if not steps:
+        return Rollout(steps=(), go=False, reason="nothing to change", time_saved_s=0.0, cold_start_s=0.0)
+    gain = f"{inputs.current_throughput_rows_per_s:.1f} -> {inputs.new_throughput_rows_per_s:.1f} rows/s"
+    if not starting:
+        go, why = saved >= 0, f"drain only ({gain}); no cold start to pay"
+    elif saved > cold:
+        left = "an unbounded stream" if inputs.remaining_rows is None else f"{inputs.remaining_rows:.0f} rows left"
+        go, why = True, f"{gain} saves {_fmt_s(saved)} on {left}, more than the {cold:.1f} s cold start"
+    else:
+        go, why = False, (f"{gain} would save {_fmt_s(saved)} on {inputs.remaining_rows or 0:.0f} rows left, "
+                          f"not more than the {cold:.1f} s cold start")
+    return Rollout(steps=tuple(steps), go=go, reason=why, time_saved_s=saved, cold_start_s=cold)
+
+
+def _fmt_s(s: float) -> str:
+    return "unbounded time" if math.isinf(s) else f"{s:.1f} s"
+
+
+def _config_changes(cfg: OperatorConfig, t: OperatorTarget) -> list[str]:
+    out = []
+    if t.batch_size is not None and t.batch_size != cfg.batch_size:
+        out.append(f"batch_size {cfg.batch_size} -> {t.batch_size}")
+    if t.num_gpus is not None and t.num_gpus != cfg.num_gpus:
+        out.append(f"num_gpus {cfg.num_gpus:g} -> {t.num_gpus:g}")
+    if t.accelerator_type is not None and t.accelerator_type != cfg.accelerator_type:
+        out.append(f"accelerator {cfg.accelerator_type} -> {t.accelerator_type}")
+    return out
+
+
+def _order(steps: list[RolloutStep], current: dict[str, OperatorConfig], inputs: RolloutInputs) -> list[RolloutStep]:
+    """Additions bottleneck first (those that do not fit the free resources wait for the drains);
+    drains least-utilised first."""
+    util = inputs.utilisation
+    ups = sorted((s for s in steps if s.phase == PHASE_UP), key=lambda s: (-util.get(s.operator, 0.0), s.operator))
+    downs = sorted((s for s in steps if s.phase == PHASE_DRAIN), key=lambda s: (util.get(s.operator, 0.0), s.operator))
+    free = {"cpu": math.inf if inputs.free_cpus is None else inputs.free_cpus,
+            None: math.inf if inputs.free_gpus is None else inputs.free_gpus}
+    free.update(inputs.free_gpus_by_type or {})
+    ordered = []
+    for s in ups:
+        cfg = current[s.operator]
+        added = s.replicas_to if s.action == "update" else s.replicas_to - s.replicas_from
+        gpus_each = cfg.num_gpus if s.target.num_gpus is None else s.target.num_gpus
+        accel = s.target.accelerator_type or cfg.accelerator_type
+        pool = accel if accel in free else None
+        need_cpu, need_gpu = added * cfg.num_cpus, added * gpus_each
+        if need_cpu <= free["cpu"] + 1e-9 and need_gpu <= free[pool] + 1e-9:
+            free["cpu"] -= need_cpu
+            free[pool] -= need_gpu
+            ordered.append(s)
+        else:
+            ordered.append(RolloutStep(**{**s.__dict__, "phase": PHASE_UP_AFTER_DRAIN,
+                                          "reason": s.reason + " (after drains free its resources)"}))
+    return ([s for s in ordered if s.phase == PHASE_UP] + downs
+            + [s for s in ordered if s.phase == PHASE_UP_AFTER_DRAIN])

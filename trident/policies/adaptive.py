@@ -1,0 +1,555 @@
+"""The ``trident`` policy: the adaptive core wired into one pipeline policy.
+
+Each step it observes every operator: per-replica throughput over short windows (rows
+per busy replica-second when the snapshot has ``busy_s``, else sustainable samples),
+input bytes per row, heap per replica and cold starts. Changepoints on throughput and
+row size end a regime: samples from before are dropped, the old model is remembered
+(a regime that recurs reuses it at once) and the plan is revisited. Per operator, the
+filtered samples fit a GP model (on a window, when due or after a change, never on
+every step). Memory-constrained BO tunes the bottleneck's batch size when a memory
+limit is known. The MILP chooses replicas and device per operator under the cluster's
+CPUs, GPUs per type and the memory limit; the rollout orders the change (new replicas
+first, bottleneck first) and drops it when the time it saves does not pay for its
+cold start. Hysteresis (in the MILP) and a minimum dwell between plans keep a
+stationary pipeline still. Every decision says why.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trident.control.policy import POLICIES, PolicyContext
+from trident.detect.changepoint import ChangeDetector, ChangeEvent
+from trident.errors import ConfigError
+from trident.model.features import ConfigFeatures, device_type_of
+from trident.model.gp import OperatorModel
+from trident.model.regimes import RegimeStore
+from trident.observe.filters import sustainable_samples
+from trident.plan.milp import (
+    ANY_GPU,
+    CPU,
+    Allocation,
+    DeviceOption,
+    NodeType,
+    OperatorSpec,
+    PlacementProblem,
+    solve_placement,
+    throughput_of,
+)
+from trident.plan.rollout import RolloutInputs, RolloutStep, plan_rollout
+from trident.types import Decision, OperatorConfig, OperatorSnapshot, OperatorTarget, Plan, Snapshot
+
+_UNKNOWN_RATE = 1e9
+"""Per-replica rate given to an operator with no measurement yet: it never limits the plan."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TridentSettings:
+    """How often and how cautiously the policy acts (seconds, fractions)."""
+
+    plan_interval_s: float = 15.0
+    """Seconds between two looks at the plan when nothing changed."""
+    min_dwell_s: float = 30.0
+    """Seconds a finished rollout stands before another plan, unless the data changed."""
+    hysteresis: float = 0.10
+    """Throughput gain a new plan needs over the current one."""
+    horizon_s: float = 600.0
+    """Seconds over which a cold start is amortised (shortened by the remaining work when known)."""
+    rate_window_s: float = 5.0
+    """Seconds per throughput measurement."""
+    min_rate_windows: int = 3
+    """Measurements of a configuration needed before it is planned with."""
+    refit_interval_s: float = 120.0
+    """Seconds between GP refits of one operator (and after each change)."""
+    history: int = 240
+    """Snapshots per operator kept for the filters and models."""
+    memory_margin: float = 0.15
+    """Relative margin over the largest heap per replica observed."""
+    default_cold_start_s: float = 10.0
+    """Cold start of an actor before one was observed."""
+    solver_time_limit_s: float = 0.5
+    rollout_timeout_s: float = 120.0
+    """Most seconds a rollout phase waits for its replicas (30 s + twice their cold start, at most
+    this) before the next phase goes anyway."""
+    bo_trials: int = 3
+    """Batch sizes the optimiser may try per operator and regime (0 disables it)."""
+    bo_min_remaining_s: float = 300.0
+    """Remaining work (seconds at the current rate) below which no batch size is tried."""
+    min_change: float = 0.10
+    """Relative shift a changepoint needs to start a new regime (smaller ones are noise)."""
+
+    def __post_init__(self) -> None:
+        for name in ("plan_interval_s", "rate_window_s", "refit_interval_s", "solver_time_limit_s",
+                     "rollout_timeout_s", "horizon_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(name, getattr(self, name), "a number of seconds > 0")
+        if self.min_dwell_s < 0 or self.hysteresis < 0 or self.memory_margin < 0:
+            raise ConfigError("min_dwell_s/hysteresis/memory_margin",
+                              (self.min_dwell_s, self.hysteresis, self.memory_margin), "numbers >= 0")
+        if self.min_rate_windows < 1 or self.history < 20 or self.bo_trials < 0:
+            raise ConfigError("min_rate_windows/history/bo_trials",
+                              (self.min_rate_windows, self.history, self.bo_trials), ">= 1, >= 20, >= 0")
+
+
+ConfigKey = tuple[int | None, str, float]
+"""(batch size, device, GPUs per replica): what a measured rate belongs to."""
+
+
+def _key(cfg: OperatorConfig) -> ConfigKey:
+    return (cfg.batch_size, device_type_of(cfg), cfg.num_gpus)
+
+
+@dataclass
+class _Track:
+    """What the policy knows about one operator."""
+
+    name: str
+    model: OperatorModel
+    regimes: RegimeStore
+    rate_detector: ChangeDetector
+    size_detector: ChangeDetector
+    snaps: deque = field(default_factory=deque)
+    rates: list = field(default_factory=list)  # (time_s, ConfigKey, output rows per busy replica-second)
+    heap: dict = field(default_factory=dict)  # ConfigKey -> largest heap bytes per replica this regime
+    key: ConfigKey | None = None
+    window: tuple | None = None  # (time_s, rows_out, busy_s, rows_in, bytes_in) at the window start
+    pending_since_s: float | None = None
+    cold_start_s: float | None = None
+    regime_start_s: float = 0.0
+    fitted_at_s: float | None = None
+    needs_fit: bool = False
+    matched: bool = False
+    bo_tried: int = 0
+    selectivity: float = 1.0
+
+
+class TridentPolicy:
+    """The adaptive policy (see the module docstring). Pure: no Ray, no clock; seeded."""
+
+    name = "trident"
+
+    def __init__(self, *, context: PolicyContext | None = None, settings: TridentSettings | None = None) -> None:
+        self.context = context or PolicyContext()
+        self.settings = settings or TridentSettings()
+        self.rng = np.random.default_rng(self.context.seed)
+        self.tracks: dict[str, _Track] = {}
+        self.plan_seq = 0
+        self.last_look_s: float | None = None
+        self.last_plan_s: float | None = None
+        self.changed_since_plan = False
+        self.rollout: list[tuple[RolloutStep, ...]] = []
+        self.phase_started_s = 0.0
+        self.phase: tuple[RolloutStep, ...] = ()
+
+    # --- the step --------------------------------------------------------------------------
+
+    def step(self, snapshot: Snapshot, now: float) -> Decision:
+        """One control step; an internal error keeps the current plan and says so (fail open)."""
+        try:
+            return self._step(snapshot, now)
+        except Exception as exc:  # noqa: BLE001 - the pipeline must never fail because the policy did
+            self.phase, self.rollout = (), []
+            return Decision(time_s=now, reason=f"error: {type(exc).__name__}: {exc}; keeping the current plan")
+
+    def _step(self, snapshot: Snapshot, now: float) -> Decision:
+        notes: list[str] = []
+        for op in snapshot.operators:
+            if op.config.kind in ("task", "actor"):
+                notes += self._observe(op, snapshot.time_s)
+        due = [tr for tr in self.tracks.values() if self._fit_due(tr, snapshot.time_s)]
+        if due:
+            with _one_thread():
+                for tr in due:
+                    notes += self._fit(tr, snapshot.time_s)
+        if self.phase:
+            return self._continue_rollout(snapshot, now, notes)
+        s = self.settings
+        due = self.last_look_s is None or now - self.last_look_s >= s.plan_interval_s
+        if self.last_plan_s is not None and now - self.last_plan_s < s.min_dwell_s and not self.changed_since_plan:
+            return Decision(time_s=now, reason=f"dwell: last plan {now - self.last_plan_s:.0f} s ago "
+                                               f"(< {s.min_dwell_s:.0f} s)", notes=tuple(notes))
+        if not due and not self.changed_since_plan:
+            return Decision(time_s=now, reason="observing", notes=tuple(notes))
+        return self._plan(snapshot, now, notes)
+
+    # --- observation -----------------------------------------------------------------------
+
+    def _track(self, op: OperatorSnapshot, devices: tuple[str, ...]) -> _Track:
+        tr = self.tracks.get(op.name)
+        if tr is None:
+            seed = int(self.rng.integers(2**31 - 1))
+            tr = _Track(
+                name=op.name,
+                model=OperatorModel(device_types=devices, window_samples=self.settings.history, seed=seed),
+                regimes=RegimeStore(),
+                rate_detector=ChangeDetector(signal=f"{op.name} rows/s per replica", window=120, min_size=4,
+                                             min_samples=12, penalty_scale=6.0),
+                size_detector=ChangeDetector(signal=f"{op.name} input bytes per row", window=120, min_size=4,
+                                             min_samples=12, penalty_scale=6.0),
+                snaps=deque(maxlen=self.settings.history),
+            )
+            self.tracks[op.name] = tr
+        return tr
+
+    def _observe(self, op: OperatorSnapshot, t: float) -> list[str]:
+        devices = tuple(sorted({device_type_of(op.config), CPU, ANY_GPU}))
+        tr = self._track(op, devices)
+        notes: list[str] = []
+        if op.rows_in_total > 0 and op.rows_out_total > 0:
+            tr.selectivity = op.rows_out_total / op.rows_in_total
+        key = _key(op.config)
+        if key != tr.key:
+            if tr.key is not None:  # our own reconfiguration: measurements restart, not a regime change
+                tr.rate_detector.reset()
+            tr.key, tr.window = key, None
+        if op.actors_pending > 0 and tr.pending_since_s is None:
+            tr.pending_since_s = t
+        elif op.actors_pending == 0 and tr.pending_since_s is not None:
+            tr.cold_start_s = max(tr.cold_start_s or 0.0, t - tr.pending_since_s)
+            tr.pending_since_s = None
+        if op.heap_rss_per_replica_bytes:
+            tr.heap[key] = max(tr.heap.get(key, 0.0), float(op.heap_rss_per_replica_bytes))
+        tr.snaps.append((t, op))
+        if op.completed:
+            return notes
+        cur = (t, op.rows_out_total, op.busy_s, op.rows_in_total, op.bytes_in_total)
+        if tr.window is None or op.actors_pending > 0:
+            tr.window = cur
+            return notes
+        if t - tr.window[0] < self.settings.rate_window_s:
+            return notes
+        t0, rows0, busy0, in0, bytes0 = tr.window
+        tr.window = cur
+        rate = None
+        if op.busy_s is not None and busy0 is not None and op.busy_s - busy0 > 0.2 * (t - t0):
+            rate = (op.rows_out_total - rows0) / (op.busy_s - busy0)
+        elif op.busy_s is None and not op.backpressured and op.input_queue_blocks > 0:
+            running = op.actors_running if op.config.kind == "actor" else op.tasks_running
+            if running > 0:
+                rate = (op.rows_out_total - rows0) / (t - t0) / running
+        events: list[ChangeEvent] = []
+        if rate is not None and rate > 0:
+            tr.rates.append((t, key, rate))
+            ev = tr.rate_detector.update(rate, now=t, times_s=[t])
+            if ev is not None:
+                events.append(ev)
+        if op.rows_in_total - in0 > 0:
+            ev = tr.size_detector.update((op.bytes_in_total - bytes0) / (op.rows_in_total - in0), now=t, times_s=[t])
+            if ev is not None:
+                events.append(ev)
+        for ev in events:
+            shift = abs(ev.mean_after - ev.mean_before) / max(abs(ev.mean_before), 1e-12)
+            if shift >= self.settings.min_change:
+                notes.append(self._new_regime(tr, ev))
+        return notes
+
+    def _new_regime(self, tr: _Track, ev: ChangeEvent) -> str:
+        """A change: forget what came before it, remember the old model, revisit the plan."""
+        start = ev.changed_at_s
+        tr.rates = [r for r in tr.rates if r[0] >= start]
+        kept = deque(((t, o) for t, o in tr.snaps if t >= start), maxlen=tr.snaps.maxlen)
+        tr.snaps = kept
+        tr.heap = {}
+        if tr.model.is_fitted:
+            tr.regimes.remember(tr.model)
+            tr.model = OperatorModel(device_types=tr.model.encoder.device_types, window_samples=self.settings.history,
+                                     seed=int(self.rng.integers(2**31 - 1)))
+        tr.regime_start_s, tr.needs_fit, tr.matched, tr.bo_tried = start, True, False, 0
+        self.changed_since_plan = True
+        return f"change: {ev.reason}; dropped samples before t={start:.0f} s"
+
+    def _fit_due(self, tr: _Track, t: float) -> bool:
+        if len(tr.snaps) < 12 or tr.fitted_at_s is None:
+            return len(tr.snaps) >= 12
+        since = t - tr.fitted_at_s
+        return since >= self.settings.refit_interval_s or (tr.needs_fit and since >= self.settings.rate_window_s)
+
+    def _fit(self, tr: _Track, t: float) -> list[str]:
+        """Filter the regime's snapshots, try a remembered regime, refit the operator's model."""
+        notes = []
+        with warnings.catch_warnings():  # hyperparameters at their bounds are expected on small windows
+            warnings.filterwarnings("ignore", module="sklearn")
+            times = [s[0] for s in tr.snaps]
+            filt = sustainable_samples([s[1] for s in tr.snaps], times_s=times, seed=self.context.seed)
+            if not tr.model.is_fitted and not tr.matched and len(tr.regimes):
+                model, match = tr.regimes.match(filt.kept[-8:])
+                if model is not None:
+                    tr.model, tr.matched = model, True
+                    self.changed_since_plan = True
+                    notes.append(f"{tr.name}: {match.reason}; its model is reused")
+            tr.fitted_at_s = t
+            if len(filt.kept) >= tr.model.min_samples:
+                rep = tr.model.fit(filt.kept)
+                tr.needs_fit = not rep.ok
+                notes.append(f"{tr.name}: {filt.reason}; {rep.reason}")
+        return notes
+
+    # --- estimates -------------------------------------------------------------------------
+
+    def _rate(self, tr: _Track, op: OperatorSnapshot, key: ConfigKey) -> tuple[float | None, str]:
+        """Output rows per second per replica of ``op`` under ``key``, and where it came from."""
+        measured = [r for _, k, r in tr.rates if k == key][-8:]
+        if len(measured) >= self.settings.min_rate_windows:
+            return float(np.median(measured)), "measured"
+        if tr.model.is_fitted and key[1] in tr.model.encoder.device_types:
+            cfg = ConfigFeatures(batch_size=key[0] or 1024, device_type=key[1],
+                                 replicas=max(1, op.config.replicas or op.tasks_running or 1),
+                                 input_bytes_per_row=op.input_bytes_per_row or 1.0)
+            try:
+                return float(tr.model.predict_throughput([cfg]).mean[0]), "model"
+            except ConfigError:
+                return None, "none"
+        return None, "none"
+
+    def _heap(self, tr: _Track, key: ConfigKey) -> float:
+        seen = tr.heap.get(key)
+        return 0.0 if seen is None else seen * (1 + self.settings.memory_margin)
+
+    # --- planning --------------------------------------------------------------------------
+
+    def _plan(self, snap: Snapshot, now: float, notes: list[str]) -> Decision:
+        self.last_look_s = now
+        ops = [o for o in snap.operators if o.config.kind in ("task", "actor") and not o.completed]
+        if not ops:
+            return Decision(time_s=now, reason="nothing to plan: every operator is done", notes=tuple(notes))
+        problem, rates, why_missing = self._problem(snap, ops)
+        if problem is None:
+            return Decision(time_s=now, reason=why_missing, notes=tuple(notes))
+        result = solve_placement(problem)
+        self.changed_since_plan = False
+        if not result.changed:  # the allocation is settled: tune the bottleneck's batch size
+            bo = self._bo_step(snap, ops, problem, rates, now)
+            if bo is not None:
+                return Decision(time_s=now, reason=bo.reason, plan=bo, notes=tuple(notes) + (result.reason,))
+            return Decision(time_s=now, reason=f"keep: {result.reason}", notes=tuple(notes))
+        targets = self._targets(ops, result.allocation)
+        cur_t = result.current_throughput_rows_per_s or 0.0
+        rollout = plan_rollout(
+            {o.name: o.config for o in ops}, targets,
+            RolloutInputs(current_throughput_rows_per_s=cur_t, new_throughput_rows_per_s=result.throughput_rows_per_s,
+                          remaining_rows=self._remaining(snap), utilisation=self._utilisation(problem, cur_t),
+                          cold_start_s={o.name: self._cold(o) for o in ops},
+                          free_cpus=snap.cluster.cpus - sum(_used(o)[0] for o in ops),
+                          free_gpus=snap.cluster.gpus - sum(_used(o)[1] for o in ops),
+                          free_gpus_by_type={t: g - sum(_used(o)[1] for o in ops if o.config.accelerator_type == t)
+                                             for t, g in snap.cluster.gpus_by_type}))
+        if not rollout.go:
+            return Decision(time_s=now, reason=f"keep: {rollout.reason}", notes=tuple(notes) + (result.reason,))
+        self.rollout = rollout.phases()
+        steps = "; ".join(st.reason for st in rollout.steps)
+        return self._next_phase(now, f"plan: {result.reason}; {rollout.reason}; steps: {steps}", notes)
+
+    def _problem(self, snap: Snapshot, ops: list[OperatorSnapshot]):
+        cluster = snap.cluster
+        typed = dict(cluster.gpus_by_type)
+        gpu_ops = [o for o in ops if o.config.num_gpus > 0]
+        per_type = bool(typed) and all(o.config.accelerator_type in typed for o in gpu_ops)
+        nodes = [NodeType(name=CPU, count=1, cpus=cluster.cpus)]
+        if per_type:
+            nodes += [NodeType(name=t, count=1, cpus=cluster.cpus, gpus=g, gpu_type=t) for t, g in typed.items() if g > 0]
+        elif cluster.gpus > 0:
+            nodes.append(NodeType(name=ANY_GPU, count=1, cpus=cluster.cpus, gpus=cluster.gpus))
+        specs, current, rates, missing = [], {}, {}, []
+        f, factors = 1.0, []
+        for o in ops:
+            factors.append(f)
+            f *= self.tracks[o.name].selectivity
+        for i, o in enumerate(ops):
+            tr = self.tracks[o.name]
+            key = _key(o.config)
+            rate_out, source = self._rate(tr, o, key)
+            if rate_out is None and not _starved(tr):
+                return None, rates, f"observing: waiting for {self.settings.min_rate_windows} throughput " \
+                                    f"measurements of {o.name} in its current configuration"
+
+            replicas = o.config.replicas if o.config.replicas is not None else max(o.tasks_running, 1)
+            device = CPU if o.config.num_gpus <= 0 else (o.config.accelerator_type if per_type else ANY_GPU)
+            node = CPU if device == CPU else device
+            lo, hi = o.config.min_replicas, o.config.max_replicas
+            if rate_out is None:
+                missing.append(o.name)
+            if rate_out is None or o.config.replicas is None:
+                rate_in, lo, hi = _UNKNOWN_RATE, replicas, replicas  # held as it is: no evidence to move it
+            else:
+                rate_in = rate_out / max(tr.selectivity, 1e-12)
+            rates[o.name] = (rate_in, source)
+            options = [DeviceOption(device=device, rate_rows_per_s=rate_in, cpus=o.config.num_cpus,
+                                    gpus=o.config.num_gpus, memory_bytes=int(self._heap(tr, key)))]
+            if per_type and device != CPU and rate_out is not None:
+                for t in typed:
+                    alt = (key[0], t, key[2])
+                    if t == device or not any(k == alt for _, k, _ in tr.rates):
+                        continue
+                    alt_rate, _ = self._rate(tr, o, alt)
+                    if alt_rate:
+                        options.append(DeviceOption(device=t, rate_rows_per_s=alt_rate / max(tr.selectivity, 1e-12),
+                                                    cpus=o.config.num_cpus, gpus=o.config.num_gpus,
+                                                    memory_bytes=int(self._heap(tr, alt))))
+            sel = factors[i + 1] / factors[i] if i + 1 < len(factors) else tr.selectivity
+            specs.append(OperatorSpec(name=o.name, options=tuple(options), selectivity=max(sel, 1e-9),
+                                      min_replicas=lo, max_replicas=hi, cold_start_s=self._cold(o),
+                                      single_device=o.config.kind == "actor"))
+            current[(o.name, device, node)] = replicas
+        if len(missing) == len(ops):
+            return None, rates, f"observing: no throughput measured yet for {', '.join(missing)}"
+        limit = self.context.memory_limit_bytes or cluster.memory_limit_bytes
+        remaining_s = self._remaining_s(snap, ops)
+        horizon = self.settings.horizon_s if remaining_s is None else max(min(self.settings.horizon_s, remaining_s), 1.0)
+        problem = PlacementProblem(operators=tuple(specs), node_types=tuple(nodes), current=Allocation.of(current),
+                                   memory_limit_bytes=limit, cpus_limit=cluster.cpus, horizon_s=horizon,
+                                   hysteresis=self.settings.hysteresis,
+                                   time_limit_s=self.settings.solver_time_limit_s)
+        return problem, rates, ""
+
+    def _targets(self, ops: list[OperatorSnapshot], alloc: Allocation) -> tuple[OperatorTarget, ...]:
+        out = []
+        for o in ops:
+            if o.config.replicas is None:
+                continue
+            n = alloc.replicas(o.name)
+            devices = alloc.by_device(o.name)
+            device = next(iter(devices), None)
+            cur_device = o.config.accelerator_type
+            if device not in (None, CPU, ANY_GPU) and device != cur_device:
+                out.append(OperatorTarget(name=o.name, replicas=n, accelerator_type=device))
+            elif n != o.config.replicas:
+                out.append(OperatorTarget(name=o.name, replicas=n))
+        return tuple(out)
+
+    def _utilisation(self, problem: PlacementProblem, t: float) -> dict[str, float]:
+        """Demand over capacity per operator at throughput ``t`` under the current plan."""
+        cur = problem.current.as_dict() if problem.current else {}
+        out = {}
+        for spec, f in zip(problem.operators, problem.demand_factors()):
+            cap = sum(spec.option(d).rate_rows_per_s * c for (o, d, _), c in cur.items() if o == spec.name)
+            out[spec.name] = t * f / cap if cap > 0 else math.inf
+        return out
+
+    def _cold(self, o: OperatorSnapshot) -> float:
+        if o.config.kind != "actor":
+            return 0.0
+        seen = self.tracks[o.name].cold_start_s
+        return self.settings.default_cold_start_s if seen is None else seen
+
+    def _remaining(self, snap: Snapshot) -> float | None:
+        if snap.input_rows_total is None or not snap.operators:
+            return None
+        return max(snap.input_rows_total - snap.operators[0].rows_in_total, 0.0)
+
+    def _remaining_s(self, snap: Snapshot, ops: list[OperatorSnapshot]) -> float | None:
+        left = self._remaining(snap)
+        rate = snap.operators[0].rows_out_per_s / max(self.tracks[ops[0].name].selectivity, 1e-12) if ops else 0.0
+        if left is None or rate <= 0:
+            return None
+        return left / rate
+
+    # --- memory-constrained BO on the bottleneck's batch size -----------------------------
+
+    def _bo_step(self, snap: Snapshot, ops, problem: PlacementProblem, rates, now: float) -> Plan | None:
+        limit = problem.memory_limit_bytes
+        s = self.settings
+        if s.bo_trials == 0 or limit is None:
+            return None
+        remaining_s = self._remaining_s(snap, ops)
+        if remaining_s is not None and remaining_s < s.bo_min_remaining_s:
+            return None
+        util = self._utilisation(problem, throughput_of(problem, problem.current))
+        cands = [o for o in ops if o.config.kind == "actor" and o.config.batch_size and o.config.replicas
+                 and rates[o.name][1] == "measured" and self.tracks[o.name].bo_tried < s.bo_trials]
+        if not cands:
+            return None
+        o = max(cands, key=lambda c: util.get(c.name, 0.0))
+        if util.get(o.name, 0.0) < max(util.values()) - 1e-9:
+            return None
+        from trident.optimize.safe_bo import SafeBayesOpt
+        from trident.optimize.space import KnobSpace, Knobs, Observation
+
+        tr = self.tracks[o.name]
+        b, n, dev = o.config.batch_size, o.config.replicas, device_type_of(o.config)
+        # larger batches raise throughput until memory runs out; smaller ones measured before stay candidates
+        tried = {k[0] for _, k, _ in tr.rates if k[1] == dev and k[2] == o.config.num_gpus and k[0]}
+        batches = tuple(sorted({b, b * 2, b * 4} | tried))
+        others = sum(self._heap(self.tracks[x.name], _key(x.config)) * (x.config.replicas or 0)
+                     for x in ops if x.name != o.name)
+        if others >= limit or not tr.heap:
+            return None
+        obs = []
+        for bb in batches:
+            key = (bb, dev, o.config.num_gpus)
+            r, _ = self._rate(tr, o, key) if any(k == key for _, k, _ in tr.rates) else (None, "")
+            if r and key in tr.heap and len([1 for _, k, _ in tr.rates if k == key]) >= s.min_rate_windows:
+                obs.append(Observation(knobs=Knobs(bb, n, dev), throughput_rows_per_s=r * n,
+                                       memory_per_replica_bytes=tr.heap[key]))
+        if not any(ob.knobs.batch_size == b for ob in obs):
+            return None
+        bo = SafeBayesOpt(space=KnobSpace(batch_sizes=batches, concurrencies=(n,), device_types=(dev,)),
+                          memory_limit_bytes=float(limit), initial=Knobs(b, n, dev), seed=self.context.seed,
+                          fixed_memory_bytes=float(others))
+        with _one_thread():
+            sug = bo.suggest(obs)
+        if sug.knobs.batch_size == b:
+            tr.bo_tried = s.bo_trials  # converged on the current batch size for this regime
+            return None
+        tr.bo_tried += 1
+        self.plan_seq += 1
+        self.last_plan_s = now
+        reason = (f"tune {o.name} batch_size {b} -> {sug.knobs.batch_size} "
+                  f"({'best safe' if sug.converged else f'trial {tr.bo_tried}/{s.bo_trials}'}): {sug.reason}")
+        return Plan(seq=self.plan_seq, targets=(OperatorTarget(name=o.name, batch_size=sug.knobs.batch_size),),
+                    reason=reason, created_at_s=now)
+
+    # --- rollout ---------------------------------------------------------------------------
+
+    def _next_phase(self, now: float, reason: str, notes: list[str]) -> Decision:
+        self.phase = self.rollout.pop(0)
+        self.phase_started_s = now
+        self.plan_seq += 1
+        reason = f"{reason} | now: {'; '.join(st.reason for st in self.phase)}"
+        plan = Plan(seq=self.plan_seq, targets=tuple(st.target for st in self.phase), reason=reason, created_at_s=now)
+        self.last_plan_s = now
+        return Decision(time_s=now, reason=reason, plan=plan, notes=tuple(notes))
+
+    def _continue_rollout(self, snap: Snapshot, now: float, notes: list[str]) -> Decision:
+        byname = {o.name: o for o in snap.operators}
+        waiting = [st.operator for st in self.phase if st.action != "scale_down"
+                   and st.operator in byname and (byname[st.operator].actors_pending > 0
+                                                  or byname[st.operator].config.replicas != st.replicas_to)]
+        patience = min(self.settings.rollout_timeout_s,
+                       30.0 + 2 * max((self.tracks[st.operator].cold_start_s or self.settings.default_cold_start_s)
+                                      for st in self.phase))
+        timed_out = now - self.phase_started_s >= patience
+        if waiting and not timed_out:
+            return Decision(time_s=now, reason=f"rollout: waiting for {', '.join(waiting)} to warm up",
+                            notes=tuple(notes))
+        if not self.rollout:
+            self.phase = ()
+            self.last_plan_s = now
+            return Decision(time_s=now, reason="rollout complete" + (" (timed out waiting)" if timed_out else ""),
+                            notes=tuple(notes))
+        return self._next_phase(now, "rollout: next phase" + (" after a timeout" if timed_out else ""), notes)
+
+
+def _starved(tr: _Track, last: int = 10) -> bool:
+    """Whether the operator mostly waited on its upstream lately (it keeps up with what it gets)."""
+    recent = list(tr.snaps)[-last:]
+    return bool(recent) and sum(o.input_queue_blocks == 0 and o.actors_pending == 0 for _, o in recent) >= 0.8 * len(
+        recent)
+
+
+def _one_thread():
+    """BLAS and OpenMP on one thread: the small fits here are 50x slower when threads contend."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1)
+
+
+def _used(o: OperatorSnapshot) -> tuple[float, float]:
+    n = o.config.replicas if o.config.replicas is not None else o.tasks_running
+    return n * o.config.num_cpus, n * o.config.num_gpus
+
+
+POLICIES.register("trident", TridentPolicy)

@@ -1,0 +1,173 @@
+"""Ray Data operator state -> frozen :class:`~trident.types.Snapshot` (executor thread only).
+
+Counters come from ``op.metrics``; queues from the executor's topology; actor counts from
+the pool itself (``op.metrics`` refreshes them only when the operator outputs). Worker
+memory is the unique-set size that every Ray Data map worker samples in its own process
+(``MemoryProfiler``, polled each ``DataContext.memory_usage_poll_interval_s``) and reports
+with each finished task; :class:`RecentSamples` keeps the values of the last interval.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from trident.types import ClusterView, OperatorConfig, OperatorSnapshot, Snapshot
+
+ACCELERATOR_PREFIX = "accelerator_type:"
+
+
+def recent_samples_tracker(tracker: Any) -> Any:
+    """Wrap a Ray ``DistributionTracker`` so the samples added since the last drain are kept."""
+    cls = type(tracker)
+
+    class RecentSamples(cls):  # type: ignore[misc, valid-type]
+        def add_sample(self, value: float) -> None:
+            super().add_sample(value)
+            self.trident_recent.append(value)
+
+        def drain_recent(self) -> list[float]:
+            out = list(self.trident_recent)
+            self.trident_recent.clear()
+            return out
+
+    tracker.__class__ = RecentSamples
+    tracker.trident_recent = deque(maxlen=4096)
+    return tracker
+
+
+def batch_size_of(op: Any) -> int | None:
+    """The batch size of the operator's own (last) batch transform, or ``None``."""
+    transformer = getattr(op, "_map_transformer", None)
+    fns = transformer.get_transform_fns() if transformer is not None else []
+    for fn in reversed(fns):
+        size = getattr(fn, "_batch_size", None)
+        if size is not None or type(fn).__name__ == "BatchMapTransformFn":
+            return size if isinstance(size, int) else None
+    return None
+
+
+def accelerator_of(remote_args: dict) -> str | None:
+    for key in (remote_args.get("resources") or {}):
+        if key.startswith(ACCELERATOR_PREFIX):
+            return key[len(ACCELERATOR_PREFIX):]
+    return None
+
+
+class OperatorNames:
+    """Stable, unique operator names for one execution (``name#i`` when a name repeats)."""
+
+    def __init__(self, ops: list[Any]) -> None:
+        counts: dict[str, int] = {}
+        for op in ops:
+            counts[op.name] = counts.get(op.name, 0) + 1
+        self.by_op = {op: (op.name if counts[op.name] == 1 else f"{op.name}#{i}") for i, op in enumerate(ops)}
+        self.by_name = {v: k for k, v in self.by_op.items()}
+
+
+class SnapshotBuilder:
+    """Builds snapshots of one execution; keeps the previous counters to compute rates."""
+
+    def __init__(self, *, executor: Any, execution_id: str, kinds: dict[Any, str], names: OperatorNames,
+                 cap_of: Any, cluster: ClusterView) -> None:
+        self.executor = executor
+        self.execution_id = execution_id
+        self.kinds = kinds
+        self.names = names
+        self.cap_of = cap_of
+        self.cluster = cluster
+        self.seq = 0
+        self._prev: dict[Any, tuple[float, int, int]] = {}
+        self._rss: dict[Any, int] = {}
+        for op in executor._topology:
+            if kinds[op] != "other":
+                recent_samples_tracker(op.metrics.max_uss_bytes)
+
+    def snapshot(self, time_s: float) -> Snapshot:
+        ops = tuple(self._operator(i, op, state, time_s) for i, (op, state) in enumerate(self.executor._topology.items()))
+        self.seq += 1
+        return Snapshot(execution_id=self.execution_id, seq=self.seq, time_s=time_s, operators=ops,
+                        cluster=self.cluster, input_rows_total=self._input_rows_total())
+
+    def _input_rows_total(self) -> int | None:
+        """Rows the source operator will emit in all, when Ray Data knows (from block metadata)."""
+        source = next((op for op in self.executor._topology if self.kinds[op] != "other"), None)
+        total = source.num_output_rows_total() if source is not None else None
+        return int(total) if total is not None else None
+
+    def config(self, op: Any) -> OperatorConfig:
+        kind = self.kinds[op]
+        args = getattr(op, "_ray_remote_args", None) or {}
+        common = dict(batch_size=batch_size_of(op), num_cpus=float(args.get("num_cpus") or 0.0),
+                      num_gpus=float(args.get("num_gpus") or 0.0), accelerator_type=accelerator_of(args))
+        if kind == "actor":
+            pool = op.get_autoscaling_actor_pools()[0]
+            return OperatorConfig(kind="actor", replicas=pool.current_size(), min_replicas=pool.min_size(),
+                                  max_replicas=pool.max_size(), **common)
+        if kind == "task":
+            return OperatorConfig(kind="task", replicas=self.cap_of(op), min_replicas=1, **common)
+        return OperatorConfig(kind="other", replicas=None, min_replicas=0)
+
+    def _operator(self, index: int, op: Any, state: Any, time_s: float) -> OperatorSnapshot:
+        m = op.metrics
+        rows, nbytes = int(m.rows_task_outputs_generated), int(m.bytes_task_outputs_generated)
+        prev_t, prev_rows, prev_bytes = self._prev.get(op, (None, 0, 0))
+        dt = time_s - prev_t if prev_t is not None else 0.0
+        self._prev[op] = (time_s, rows, nbytes)
+        durations = m.op_task_duration_stats
+        kind = self.kinds[op]
+        actors = dict(actors_running=0, actors_pending=0, actors_idle=0, tasks_in_flight=0)
+        if kind == "actor":
+            info = op.get_actor_info()
+            actors = dict(actors_running=info.running, actors_pending=info.pending, actors_idle=info.idle,
+                          tasks_in_flight=info.tasks_in_flight)
+        rss_per_replica = None
+        rss_total = None
+        if kind != "other":
+            recent = m.max_uss_bytes.drain_recent()
+            if recent:
+                self._rss[op] = int(max(recent))
+            rss_per_replica = self._rss.get(op)
+            workers = actors["actors_running"] if kind == "actor" else m.num_tasks_running
+            rss_total = rss_per_replica * workers if rss_per_replica is not None else None
+        backpressured = (getattr(m, "_task_submission_backpressure_start_time", -1) != -1
+                         or not state._scheduling_status.under_resource_limits)
+        return OperatorSnapshot(
+            name=self.names.by_op[op], index=index, config=self.config(op),
+            rows_out_total=rows, bytes_out_total=nbytes,
+            rows_out_per_s=(rows - prev_rows) / dt if dt > 0 else 0.0,
+            bytes_out_per_s=(nbytes - prev_bytes) / dt if dt > 0 else 0.0,
+            rows_in_total=int(m.num_row_inputs_received), bytes_in_total=int(m.bytes_inputs_received),
+            tasks_running=int(m.num_tasks_running), tasks_finished=int(m.num_tasks_finished),
+            tasks_failed=int(m.num_tasks_failed),
+            task_duration_p50_s=durations.p50 if durations.num_samples else None,
+            task_duration_p90_s=durations.p90 if durations.num_samples else None,
+            input_queue_blocks=int(state.total_enqueued_input_blocks()),
+            input_queue_bytes=int(state.total_enqueued_input_blocks_bytes()),
+            object_store_bytes=int(m.obj_store_mem_used),
+            backpressured=bool(backpressured),
+            heap_rss_bytes=rss_total, heap_rss_per_replica_bytes=rss_per_replica,
+            busy_s=float(m.task_worker_completion_time_s),
+            completed=bool(op.has_completed()),
+            **actors,
+        )
+
+
+def cluster_view(resource_manager: Any, memory_limit_bytes: int | None) -> ClusterView:
+    """Global limits of this execution plus GPUs per accelerator type (from the cluster's resources)."""
+    import ray
+
+    limits = resource_manager.get_global_limits()
+    gpus_by_type: dict[str, float] = {}
+    for node in ray.nodes():
+        if not node.get("Alive"):
+            continue
+        res = node.get("Resources", {})
+        for key in res:
+            if key.startswith(ACCELERATOR_PREFIX):
+                name = key[len(ACCELERATOR_PREFIX):]
+                gpus_by_type[name] = gpus_by_type.get(name, 0.0) + float(res.get("GPU", 0.0))
+    store = limits.object_store_memory
+    return ClusterView(cpus=float(limits.cpu), gpus=float(limits.gpu),
+                       gpus_by_type=tuple(sorted(gpus_by_type.items())),
+                       object_store_bytes=int(store) if store != float("inf") else None,
+                       memory_limit_bytes=memory_limit_bytes)

@@ -1,0 +1,169 @@
+"""Actor-pool actuation: reach a target size within budget, and rolling updates.
+
+A rolling update changes what *new* actors get (per-actor ``num_gpus``, accelerator type as
+a custom resource ``accelerator_type:X``, batch size through a re-serialised map
+transformer); existing actors keep theirs. So new actors start first; for each new actor
+that is up, one old actor stops receiving work (it is taken out of the pool's scheduling
+heaps and kept out on every refresh) and is released once its in-flight tasks are done.
+Released actors are dropped exactly like Ray Data's own scale-down does, so every task that
+was submitted completes and no row is lost or duplicated. Executor thread only.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import sys
+from typing import Any
+
+from ray.data._internal.actor_autoscaler import ActorPoolScalingRequest, _get_max_scale_up
+from ray.data._internal.execution.interfaces import ExecutionResources
+
+from trident.ray_data.metrics import ACCELERATOR_PREFIX
+from trident.types import OperatorTarget
+
+
+def with_retiring(pool: Any) -> Any:
+    """Give ``pool`` a ``trident_retiring`` set whose actors never get new tasks."""
+    if hasattr(pool, "trident_retiring"):
+        return pool
+    base = type(pool)
+
+    class RetiringPool(base):  # type: ignore[misc, valid-type]
+        def _update_rank(self, actor: Any, state: Any, died: bool) -> None:
+            super()._update_rank(actor, state, died or actor in self.trident_retiring)
+
+    RetiringPool.__name__ = f"Retiring{base.__name__}"
+    pool.__class__ = RetiringPool
+    pool.trident_retiring = set()
+    return pool
+
+
+def stop_scheduling(pool: Any, actor: Any) -> None:
+    pool.trident_retiring.add(actor)
+    pool._alive_actors_to_in_flight_tasks_heap.pop(actor, None)
+    for heap in pool._alive_node_to_actor_heap.values():
+        heap.pop(actor, None)
+
+
+def max_scale_up(pool: Any, budget: Any) -> int:
+    """How many more actors fit in the operator's budget (``sys.maxsize`` when unlimited)."""
+    return _get_max_scale_up(pool, budget) if budget is not None else sys.maxsize
+
+
+def resize(pool: Any, *, size: int, target: int, budget: Any, reason: str) -> int:
+    """Move ``pool`` from ``size`` toward ``target`` by one request. Scale-up stays within
+    ``budget``; scale-down releases only pending or idle actors (forced past Ray's debounce).
+    Returns the change requested (0 when at target or blocked)."""
+    if size < target:
+        delta = min(target - size, max_scale_up(pool, budget))
+        if delta > 0:
+            pool.scale(ActorPoolScalingRequest.upscale(delta=delta, reason=reason))
+        return max(delta, 0)
+    if size > target:
+        return pool.scale(ActorPoolScalingRequest.downscale(delta=target - size, force=True, reason=reason)) or 0
+    return 0
+
+
+def new_remote_args(remote_args: dict, target: OperatorTarget) -> dict:
+    """The operator's actor remote args with the target's ``num_gpus`` / accelerator type."""
+    args = dict(remote_args)
+    if target.num_gpus is not None:
+        args["num_gpus"] = target.num_gpus
+    if target.accelerator_type is not None:
+        resources = {k: v for k, v in (args.get("resources") or {}).items() if not k.startswith(ACCELERATOR_PREFIX)}
+        resources[ACCELERATOR_PREFIX + target.accelerator_type] = 0.001
+        args["resources"] = resources
+    return args
+
+
+def with_batch_size(transformer: Any, batch_size: int) -> Any:
+    """A copy of ``transformer`` whose last batch transform uses ``batch_size``."""
+    new = copy.copy(transformer)
+    fns = list(transformer.get_transform_fns())
+    for i in range(len(fns) - 1, -1, -1):
+        if type(fns[i]).__name__ == "BatchMapTransformFn":
+            fn = copy.copy(fns[i])
+            fn._batch_size = batch_size
+            fns[i] = fn
+            break
+    else:
+        raise ValueError("the operator has no batch transform to resize")
+    new._transform_fns = fns
+    return new
+
+
+class Rollout:
+    """One rolling update of one actor operator (new actors first, old drained then released)."""
+
+    def __init__(self, *, op: Any, target: OperatorTarget, size: int, pending_guard_s: float = 30.0) -> None:
+        import ray
+
+        transformer = with_batch_size(op._map_transformer, target.batch_size) if target.batch_size is not None else None
+        self.op = op
+        self.pending_guard_s = pending_guard_s
+        self.surge_started_s: float | None = None
+        self.target = target
+        self.size = max(1, size)
+        pool = with_retiring(op.get_autoscaling_actor_pools()[0])
+        self.pool = pool
+        while pool._pending_actors:  # pending actors would come up with the old configuration
+            pool._try_remove_pending_actor()
+        self.old: set[Any] = set(pool._running_actors)
+        args = new_remote_args(op._ray_remote_args, target)
+        op._ray_remote_args = args
+        pool._config = dataclasses.replace(pool._config, per_actor_resource_usage=ExecutionResources(
+            cpu=args.get("num_cpus"), gpu=args.get("num_gpus"), memory=args.get("memory")))
+        if transformer is not None:
+            op._map_transformer = transformer
+            op.__dict__["_map_transformer_ref"] = ray.put(transformer)
+        self.retired = 0
+
+    @property
+    def done(self) -> bool:
+        return not self.old
+
+    def new_size(self) -> int:
+        """Pending plus running actors with the new configuration."""
+        return self.pool.current_size() - len(self.old)
+
+    def step(self, now_s: float) -> list[str]:
+        """Advance by what is possible now; returns what happened (for the run record).
+
+        New actors are started up to the target at once, past Ray Data's per-operator budget
+        (the surge is temporary: each new actor that is up retires an old one). If no new
+        actor has come up ``pending_guard_s`` after the surge began (the cluster has no room
+        for it), one old actor is drained to make room.
+        """
+        pool = self.pool
+        notes: list[str] = []
+        self.old &= set(pool._running_actors)  # old actors that died or were released elsewhere
+        new_running = sum(1 for a in pool._running_actors if a not in self.old)
+        started = resize(pool, size=self.new_size(), target=self.size, budget=None,
+                         reason="trident rolling update: new actors first")
+        if started:
+            notes.append(f"started {started} new actor(s)")
+            if self.surge_started_s is None:
+                self.surge_started_s = now_s
+        draining = self.old & pool.trident_retiring
+        to_retire = min(len(self.old) - len(draining), max(0, new_running - self.retired))
+        stuck = (new_running == 0 and not draining and self.surge_started_s is not None
+                 and now_s - self.surge_started_s > self.pending_guard_s)
+        if stuck and to_retire == 0 and self.old:
+            to_retire = 1
+            self.surge_started_s = now_s
+        for actor in list(self.old - pool.trident_retiring)[:to_retire]:
+            stop_scheduling(pool, actor)
+            self.retired += 1
+            notes.append("draining 1 old actor" + (" to make room" if stuck else ""))
+        for actor in list(self.old & pool.trident_retiring):
+            state = pool._running_actors.get(actor)
+            if state is not None and state.num_tasks_in_flight == 0:
+                pool._release_running_actor(actor)
+                pool.trident_retiring.discard(actor)
+                self.old.discard(actor)
+                notes.append("released 1 drained old actor")
+        return notes
+
+    def abandon(self) -> None:
+        """Hand the pool back as it is: drained old actors become schedulable again."""
+        self.pool.trident_retiring.clear()

@@ -1,0 +1,305 @@
+"""trident inside one Ray Data execution: observe, talk to the controller, actuate.
+
+Runs on the executor thread only (Ray Data calls it from its scheduling loop). Every entry
+point is guarded by the callback: an exception here puts the execution back on stock Ray
+Data (:meth:`ExecutionShim.fail_open`), warns once, and is recorded in the run.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from trident.report.record import Action, Event, ExecutionRecord
+from trident.types import OperatorTarget, Plan
+
+
+def operator_kind(op: Any) -> str:
+    from ray.data._internal.execution.operators.actor_pool_map_operator import ActorPoolMapOperator
+    from ray.data._internal.execution.operators.task_pool_map_operator import TaskPoolMapOperator
+
+    if isinstance(op, ActorPoolMapOperator):
+        return "actor"
+    if isinstance(op, TaskPoolMapOperator):
+        return "task"
+    return "other"
+
+
+POLL_INTERVAL_S = 0.05
+"""How often the executor thread checks for the controller's answers (it never waits for them)."""
+
+
+class ExecutionShim:
+    """State of trident for one execution (one per executor; never shared between executions)."""
+
+    def __init__(self, run: Any, executor: Any) -> None:
+        self.run = run
+        self.executor = executor
+        self.config = run.config
+        self.origin = time.perf_counter()
+        dataset_id = str(getattr(executor, "_dataset_id", "dataset"))
+        self.execution_id = f"{dataset_id}-{uuid.uuid4().hex[:6]}"
+        self.record: ExecutionRecord = run._begin_execution(self.execution_id, dataset_id)
+        self.controlling = False
+        self.observing = False
+        self.builder = None
+        self.client = None
+        self.autoscaler = None
+        self.cap_policy = None
+        self.stock_caps = None
+        self.names = None
+        self.kinds: dict[Any, str] = {}
+        self.pool_targets: dict[Any, int] = {}
+        self.reach: dict[Any, tuple[int, float]] = {}
+        self.rollouts: dict[Any, Any] = {}
+        self.applied_plan_seq = 0
+        self.last_observed_s = -float("inf")
+        self.last_polled_s = -float("inf")
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def now_s(self) -> float:
+        return time.perf_counter() - self.origin
+
+    def install(self) -> None:
+        from trident.ray_data.compat import capabilities
+        from trident.ray_data.metrics import OperatorNames, SnapshotBuilder, cluster_view
+
+        caps = capabilities(self.executor)
+        if not caps.observe:
+            self.record.mode = "stock"
+            self._event("observe_only", f"trident stays out of this execution: {caps.reason}")
+            self.run._warn_once("ray-internals", f"trident cannot read this Ray's Data internals ({caps.reason}); "
+                                                 "the pipeline runs on stock Ray Data")
+            return
+        ops = list(self.executor._topology)
+        self.kinds = {op: operator_kind(op) for op in ops}
+        self.names = OperatorNames(ops)
+        self.stock_caps = None
+        wants_control = self.config.policy_name != "ray" and not self.config.dry_run
+        if wants_control and not caps.actuate:
+            self._event("observe_only", f"observe only: {caps.reason}")
+            self.run._warn_once("ray-actuation", f"trident observes only on this Ray ({caps.reason}); "
+                                                  "Ray Data's autoscaler stays in charge")
+            wants_control = False
+        self.builder = SnapshotBuilder(
+            executor=self.executor, execution_id=self.execution_id, kinds=self.kinds, names=self.names,
+            cap_of=self._cap_of, cluster=cluster_view(self.executor._resource_manager, self.config.memory_limit_bytes))
+        self.observing = True
+        self.client = self.run._controller_client()
+        if wants_control:
+            from trident.ray_data.autoscaler import TridentActorAutoscaler
+            from trident.ray_data.backpressure import StockCaps, TaskConcurrencyCap
+
+            ex = self.executor
+            self.cap_policy = TaskConcurrencyCap(ex._data_context, ex._topology, ex._resource_manager)
+            self.stock_caps = StockCaps(ex)
+            ex._backpressure_policies.append(self.cap_policy)
+            self.autoscaler = TridentActorAutoscaler(ex._actor_autoscaler, self)
+            ex._actor_autoscaler = self.autoscaler
+            self.controlling = True
+            self.record.mode = "control"
+        else:
+            self.record.mode = "observe"
+        self.observe(force=True)
+
+    def to_stock(self, *, record_mode: bool = True) -> None:
+        """Give every knob back to Ray Data; observation may continue."""
+        if not self.controlling:
+            return
+        self.controlling = False
+        for rollout in self.rollouts.values():
+            rollout.abandon()
+        self.rollouts.clear()
+        if self.cap_policy is not None:
+            self.cap_policy.enabled = False
+            if self.cap_policy in self.executor._backpressure_policies:
+                self.executor._backpressure_policies.remove(self.cap_policy)
+        if self.stock_caps is not None:
+            self.stock_caps.restore()
+        if self.autoscaler is not None and self.executor._actor_autoscaler is self.autoscaler:
+            self.executor._actor_autoscaler = self.autoscaler.stock
+        if record_mode:
+            self.record.mode = "stock"
+
+    def fail_open(self, exc: BaseException, *, where: str) -> None:
+        """An error inside trident: this execution continues on stock Ray Data, recorded and warned once."""
+        message = f"{where}: {type(exc).__name__}: {exc}"
+        self.observing = False
+        try:
+            self.to_stock()
+        except Exception as restore_exc:  # the handover itself failed: say so, never raise into Ray
+            message += f"; handing back to Ray also failed: {type(restore_exc).__name__}: {restore_exc}"
+        finally:
+            self.record.mode = "stock"
+            self._event("fallback", message)
+            self.run._warn_once(f"fallback-{self.execution_id}",
+                                f"trident hit an error ({message}); execution {self.execution_id} continues on "
+                                "stock Ray Data")
+
+    def finish(self, status: str) -> None:
+        if self.observing:
+            self.observe(force=True)
+            self._poll_controller()
+        self.to_stock(record_mode=False)
+        self.record.status = status
+        self.record.ended_at_s = self.run._now_s()
+
+    # -- observation and control -----------------------------------------------------------
+
+    def on_step(self) -> None:
+        if self.run._closed:
+            if self.controlling or self.observing:
+                self._event("detached", "the trident.autoscale block ended before this execution did")
+                self.to_stock()
+                self.observing = False
+            return
+        if not self.observing:
+            return
+        self.observe()
+        now = self.now_s()
+        if now - self.last_polled_s >= POLL_INTERVAL_S:
+            self.last_polled_s = now
+            self._poll_controller()
+
+    def observe(self, force: bool = False) -> None:
+        now = self.now_s()
+        if not force and now - self.last_observed_s < self.config.interval_s:
+            return
+        self.last_observed_s = now
+        snapshot = self.builder.snapshot(now)
+        self.record.snapshots.append(snapshot)
+        if self.client is not None:
+            self.client.send(snapshot)
+
+    def _poll_controller(self) -> None:
+        if self.client is None:
+            return
+        for decision in self.client.poll():
+            self.record.decisions.append(decision)
+            if decision.plan is not None and decision.plan.seq > self.applied_plan_seq:
+                self.applied_plan_seq = decision.plan.seq
+                self.apply_plan(decision.plan)
+        failure = self.client.failure
+        if failure is not None and self.client is not None:
+            self._event("controller_failed",
+                        f"controller lost at {failure.time_s:.1f} s into the run: {failure.reason}; "
+                        "the execution continues on stock Ray Data")
+            self.run._controller_failed(failure)
+            self.client = None
+            self.to_stock()
+
+    # -- actuation -------------------------------------------------------------------------
+
+    def _cap_of(self, op: Any) -> int | None:
+        if self.cap_policy is not None and op in self.cap_policy.caps:
+            return self.cap_policy.caps[op]
+        return getattr(op, "_max_concurrency", None)
+
+    def apply_plan(self, plan: Plan) -> None:
+        now = self.now_s()
+        for target in plan.targets:
+            op = self.names.by_name.get(target.name)
+            if op is None:
+                self._action(now, target.name, "ignored", f"no operator named {target.name!r}", applied=False)
+                continue
+            kind = self.kinds[op]
+            if kind == "actor":
+                try:
+                    self._apply_actor(op, target, plan, now)
+                except (ValueError, TypeError, KeyError) as exc:  # a target this operator cannot take
+                    self._action(now, target.name, "ignored", f"{type(exc).__name__}: {exc}", applied=False)
+            elif kind == "task" and target.replicas is not None:
+                cap = max(1, target.replicas)
+                applied = self.controlling
+                if applied:
+                    self.stock_caps.lift(op, cap)
+                    self.cap_policy.caps[op] = cap
+                self._action(now, target.name, "task_cap", f"concurrency cap -> {cap} ({plan.reason})", cap,
+                             applied=applied)
+
+    def _apply_actor(self, op: Any, target: OperatorTarget, plan: Plan, now: float) -> None:
+        pool = op.get_autoscaling_actor_pools()[0]
+        applied = self.controlling
+        if target.replicas is not None:
+            want = min(max(target.replicas, pool.min_size()), pool.max_size())
+            clamp = "" if want == target.replicas else f" (clamped from {target.replicas} to {pool.min_size()}..{pool.max_size()})"
+            if applied:
+                self.pool_targets[op] = want
+                self.reach[op] = (want, plan.created_at_s)
+            self._action(now, target.name, "pool_target", f"pool target -> {want}{clamp} ({plan.reason})", want,
+                         applied=applied)
+        if target.needs_rollout and self._differs(op, target):
+            if applied:
+                from trident.ray_data.rollout import Rollout
+
+                size = self.pool_targets.get(op, pool.current_size())
+                if op in self.rollouts:
+                    self.rollouts[op].abandon()
+                self.rollouts[op] = Rollout(op=op, target=target, size=size)
+            change = ", ".join(f"{k}={v}" for k, v in (("batch_size", target.batch_size), ("num_gpus", target.num_gpus),
+                                                       ("accelerator_type", target.accelerator_type)) if v is not None)
+            self._action(now, target.name, "rollout_started", f"rolling update to {change}", applied=applied)
+
+    def _differs(self, op: Any, target: OperatorTarget) -> bool:
+        current = self.builder.config(op)
+        return ((target.batch_size is not None and target.batch_size != current.batch_size)
+                or (target.num_gpus is not None and target.num_gpus != current.num_gpus)
+                or (target.accelerator_type is not None and target.accelerator_type != current.accelerator_type))
+
+    def drive_pools(self) -> None:
+        """Called instead of Ray's actor autoscaler, every scheduling step."""
+        from trident.ray_data.rollout import resize
+
+        rm = self.executor._resource_manager
+        for op, state in self.executor._topology.items():
+            if self.kinds.get(op) != "actor":
+                continue
+            pool = op.get_autoscaling_actor_pools()[0]
+            rollout = self.rollouts.get(op)
+            if rollout is not None:
+                if op.has_completed():
+                    rollout.abandon()
+                    del self.rollouts[op]
+                    self._action(self.now_s(), self.names.by_op[op], "rollout_abandoned",
+                                 f"the operator finished first ({len(rollout.old)} old actor(s) left)")
+                    continue
+                rollout.size = max(1, self.pool_targets.get(op, rollout.size))
+                for note in rollout.step(self.now_s()):
+                    self._action(self.now_s(), self.names.by_op[op], "rollout_step", note)
+                if rollout.done:
+                    del self.rollouts[op]
+                    self._action(self.now_s(), self.names.by_op[op], "rollout_finished",
+                                 f"all actors run the new configuration ({rollout.retired} replaced)")
+                continue
+            inputs_done = op._inputs_complete and state.total_enqueued_input_blocks() == 0
+            if op.has_completed() or inputs_done:
+                if pool.current_size() > 0:
+                    resize(pool, size=pool.current_size(), target=0, budget=None, reason="consumed all inputs")
+                continue
+            target = self.pool_targets.get(op)
+            if target is None:
+                target = max(pool.min_size(), min(pool.current_size(), pool.max_size()))
+            resize(pool, size=pool.current_size(), target=target, budget=rm.get_budget(op),
+                   reason="trident pool target")
+        self._check_reached(self.now_s())
+
+    def _check_reached(self, now: float) -> None:
+        for op, (want, since_s) in list(self.reach.items()):
+            pool = op.get_autoscaling_actor_pools()[0]
+            if op in self.rollouts:
+                continue
+            if pool.num_pending_actors() == 0 and pool.num_alive_actors() == want:
+                del self.reach[op]
+                self._action(now, self.names.by_op[op], "target_reached",
+                             f"{want} actor(s) running {now - since_s:.2f} s after the plan", now - since_s)
+
+    # -- record ----------------------------------------------------------------------------
+
+    def _action(self, now: float, operator: str, kind: str, detail: str, value: float | None = None,
+                applied: bool = True) -> None:
+        self.record.actions.append(Action(time_s=now, operator=operator, kind=kind, detail=detail,
+                                          value=float(value) if value is not None else None, applied=applied))
+
+    def _event(self, kind: str, message: str) -> None:
+        self.record.events.append(Event(time_s=self.now_s(), kind=kind, message=message))

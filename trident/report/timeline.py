@@ -1,0 +1,91 @@
+"""A run record as text for a terminal: summary, per-operator timeline, every decision with its reason."""
+from __future__ import annotations
+
+from trident.report.record import ExecutionRecord, RunRecord, summarize
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+        n /= 1024
+    return str(n)
+
+
+def _short(name: str, width: int) -> str:
+    return name if len(name) <= width else name[: width - 1] + "~"
+
+
+def _sampled(items: list, max_rows: int) -> list:
+    if len(items) <= max_rows:
+        return items
+    step = len(items) / max_rows
+    picked = [items[int(i * step)] for i in range(max_rows)]
+    if picked[-1] is not items[-1]:
+        picked[-1] = items[-1]
+    return picked
+
+
+def format_execution(e: ExecutionRecord, *, max_timeline_rows: int = 30, name_width: int = 28) -> list[str]:
+    head = f"execution {e.execution_id} (dataset {e.dataset_id}): {e.status}, mode {e.mode}"
+    if e.wall_s is not None:
+        head += f", wall {e.wall_s:.2f} s"
+    lines = [head + f", trident on the executor thread {e.shim_time_s * 1e3:.0f} ms"]
+    if e.snapshots:
+        last = e.snapshots[-1]
+        lines.append(f"  {'operator':<{name_width}} {'kind':<6} {'rows out':>9} {'replicas':>8} {'batch':>6} "
+                     f"{'gpus':>5} {'failed':>6} {'rss/replica':>11}")
+        for op in last.operators:
+            c = op.config
+            lines.append(f"  {_short(op.name, name_width):<{name_width}} {c.kind:<6} {op.rows_out_total:>9} "
+                         f"{'-' if c.replicas is None else c.replicas:>8} {'-' if c.batch_size is None else c.batch_size:>6} "
+                         f"{c.num_gpus:>5g} {op.tasks_failed:>6} {_bytes(op.heap_rss_per_replica_bytes):>11}")
+        ops = [op.name for op in last.operators if op.config.kind != "other"]
+        lines.append("  timeline (rows/s, replicas in brackets):")
+        lines.append("    " + f"{'t [s]':>7}  " + "  ".join(f"{_short(n, 18):>18}" for n in ops))
+        for s in _sampled(e.snapshots, max_timeline_rows):
+            cells = []
+            for n in ops:
+                try:
+                    op = s.operator(n)
+                except KeyError:
+                    cells.append(f"{'':>18}")
+                    continue
+                r = "-" if op.config.replicas is None else op.config.replicas
+                cells.append(f"{op.rows_out_per_s:>12.1f} [{r:>3}]")
+            lines.append("    " + f"{s.time_s:>7.1f}  " + "  ".join(cells))
+    plans = [d for d in e.decisions if d.plan is not None]
+    lines.append(f"  decisions: {len(e.decisions)} ({len(plans)} with a plan)")
+    shown = plans if len(e.decisions) > 20 else e.decisions
+    for d in shown:
+        tag = f"plan #{d.plan.seq}" if d.plan is not None else "keep"
+        lines.append(f"    t={d.time_s:7.1f}s {tag}: {d.reason}")
+    if e.actions:
+        lines.append(f"  actions: {len(e.actions)}")
+        for a in e.actions:
+            flag = "" if a.applied else " (dry run: not applied)"
+            lines.append(f"    t={a.time_s:7.1f}s {_short(a.operator, name_width)}: {a.kind} {a.detail}{flag}")
+    for ev in e.events:
+        lines.append(f"  ! t={ev.time_s:7.1f}s {ev.kind}: {ev.message}")
+    return lines
+
+
+def format_report(record: RunRecord) -> str:
+    """The whole run as plain text (fits an 80-120 column terminal)."""
+    s = summarize(record)
+    head = f"trident run: policy {record.policy}, {s['executions']} execution(s), {s['rows']} rows"
+    if "wall_s" in s:
+        head += f", wall {s['wall_s']:.2f} s"
+    if "throughput_rows_per_s" in s:
+        head += f", {s['throughput_rows_per_s']:.1f} rows/s"
+    head += f", {s['reconfigurations']} reconfiguration(s)"
+    lines = [head]
+    for w in record.warnings:
+        lines.append(f"warning: {w}")
+    for ev in record.events:
+        lines.append(f"! {ev.kind}: {ev.message}")
+    for e in record.executions:
+        lines.extend(format_execution(e))
+    return "\n".join(lines)

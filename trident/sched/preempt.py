@@ -1,0 +1,162 @@
+"""Preemptors: may a blocked higher-priority job evict a running one, and when?
+
+- ``never``: no preemption.
+- ``eager``: preempt at once whenever the policy ranks the blocked job higher
+  (SRTF-style; it may evict a job that has not finished setting up, wasting its setup).
+- ``lazy`` (Lazer-style): preempt only when it pays off, judged from observable
+  quantities only:
+
+  * a victim still setting up is never evicted (that preemption is *futile*: all
+    its GPU time so far is lost); the question is asked again when its setup ends;
+  * the victim's remaining run time is predicted from its attained service with
+    :class:`~trident.sched.predict.RuntimePrior` (never the true duration);
+  * evicting costs the victim a checkpoint/restore and a second setup
+    (``victim_setup + checkpoint_restore_s``, on the victim's GPUs), and gains the
+    blocked job the wait until the victim would free its GPUs (on the blocked
+    job's GPUs);
+  * the predicted interval to the next arrival weighs the waste: when jobs arrive
+    faster than a swap's overhead, GPU time lost to the swap delays them too;
+  * if the victim is predicted to finish before the swap's overhead has even
+    elapsed, waiting is strictly better: do not preempt. Otherwise, when the gain
+    does not exceed the weighted cost, delay and ask again once the prediction
+    (which grows with the victim's age) may have changed.
+
+Every decision carries a reason with its numbers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trident.errors import ConfigError
+from trident.sched.base import (PREEMPTORS, ArrivalPredictor, JobView, PreemptDecision, SchedState,
+                                Verdict)
+from trident.sched.predict import RuntimePrior
+
+
+@dataclass(frozen=True)
+class NeverPreemptor:
+    """Never evicts a running job."""
+
+    name: str = "never"
+    oracle: bool = False
+
+    def decide(self, *, blocked: JobView, victim: JobView, state: SchedState,
+               predictor: ArrivalPredictor) -> PreemptDecision:
+        return PreemptDecision(Verdict.DO_NOT, f"preemption disabled; {blocked.job_id} waits for free GPUs")
+
+
+@dataclass(frozen=True)
+class EagerPreemptor:
+    """Evicts the victim the moment a higher-ranked job is blocked."""
+
+    name: str = "eager"
+    oracle: bool = False
+
+    def decide(self, *, blocked: JobView, victim: JobView, state: SchedState,
+               predictor: ArrivalPredictor) -> PreemptDecision:
+        phase = "in setup" if victim.in_setup(state.now) else "running"
+        return PreemptDecision(Verdict.PREEMPT_NOW,
+                               f"eager: {blocked.job_id} outranks {victim.job_id} ({phase})")
+
+
+@dataclass(frozen=True)
+class LazyPreemptor:
+    """Lazer-style selective preemption (see the module docstring).
+
+    ``checkpoint_restore_s``: seconds a preempted job loses to checkpoint and restore.
+    ``default_setup_s``: setup time assumed for a job whose expected setup is unknown (0).
+    ``min_recheck_s`` / ``max_recheck_s``: bounds of a delay before asking again.
+    ``prior``: the duration distribution remaining times are predicted from;
+    ``remaining_quantile``: which quantile of the victim's remaining time is used
+    (the median by default: the mean of a heavy tail is dominated by rare long jobs).
+    ``payoff_margin``: how many times the weighted cost the gain must exceed.
+    """
+
+    checkpoint_restore_s: float = 30.0
+    default_setup_s: float = 300.0
+    min_recheck_s: float = 120.0
+    max_recheck_s: float = 3600.0
+    prior: RuntimePrior = field(default_factory=RuntimePrior.philly)
+    remaining_quantile: float = 0.5
+    payoff_margin: float = 1.0
+    name: str = "lazy"
+    oracle: bool = False
+
+    def __post_init__(self) -> None:
+        for param in ("checkpoint_restore_s", "default_setup_s"):
+            if getattr(self, param) < 0:
+                raise ConfigError(param, getattr(self, param), "a number of seconds >= 0")
+        if not self.payoff_margin > 0:
+            raise ConfigError("payoff_margin", self.payoff_margin, "a number > 0")
+        if not 0 < self.remaining_quantile < 1:
+            raise ConfigError("remaining_quantile", self.remaining_quantile, "a number in (0, 1)")
+        if not 0 < self.min_recheck_s <= self.max_recheck_s:
+            raise ConfigError("min_recheck_s/max_recheck_s", (self.min_recheck_s, self.max_recheck_s),
+                              "0 < min_recheck_s <= max_recheck_s")
+
+    def predicted_remaining_s(self, victim: JobView, now: float) -> float:
+        """Predicted wall seconds until ``victim`` frees its GPUs (remaining setup included).
+
+        Its work so far (reference-GPU seconds) is its attained time less its setups:
+        the current spell's setup as far as it went, and each earlier spell counted as
+        one full setup plus a checkpoint/restore.
+        """
+        earlier_s = victim.preemptions * (victim.expected_setup_s + self.checkpoint_restore_s)
+        setups_s = victim.setup_elapsed_s(now) + earlier_s
+        speed = max(victim.speed, 1e-9)
+        work_ref_s = max(0.0, victim.attained_s(now) - setups_s) * speed
+        return victim.setup_left_s(now) + self.prior.quantile_remaining_s(work_ref_s, self.remaining_quantile) / speed
+
+    def natural_wait_s(self, blocked: JobView, state: SchedState) -> float:
+        """Predicted seconds until ``blocked`` could start without any preemption: when the
+        free GPUs of its models plus those predicted to be released by running jobs first
+        reach its request (per model, ignoring fragmentation; ``inf`` if never)."""
+        now = state.now
+        need = blocked.job.num_gpus
+        best = float("inf")
+        for model, free in state.free_gpus_by_model.items():
+            if not blocked.job.allows(model):
+                continue
+            if free >= need:
+                return 0.0
+            ends = sorted((self.predicted_remaining_s(v, now), v.job.num_gpus) for v in state.running.values()
+                          if v.gpu_model == model)
+            for t, g in ends:
+                free += g
+                if free >= need - 1e-9:
+                    best = min(best, t)
+                    break
+        return best
+
+    def decide(self, *, blocked: JobView, victim: JobView, state: SchedState,
+               predictor: ArrivalPredictor) -> PreemptDecision:
+        now = state.now
+        if victim.in_setup(now):
+            return PreemptDecision(
+                Verdict.DELAY_UNTIL,
+                f"lazy: {victim.job_id} is still setting up ({victim.setup_elapsed_s(now):.0f} s done, "
+                f"{victim.setup_left_s(now):.0f} s left); evicting it now would waste that setup",
+                until_s=victim.setup_ends_s)
+        free_in_s = self.predicted_remaining_s(victim, now)
+        gain_s = min(free_in_s, self.natural_wait_s(blocked, state))
+        victim_setup_s = victim.expected_setup_s if victim.expected_setup_s > 0 else self.default_setup_s
+        overhead_s = victim_setup_s + self.checkpoint_restore_s
+        blocked_setup_s = blocked.expected_setup_s if blocked.expected_setup_s > 0 else self.default_setup_s
+        interval_s = max(predictor.predict_interval_s(now), 1e-9)
+        pressure = 1.0 + (blocked_setup_s + self.checkpoint_restore_s) / interval_s
+        cost_s = self.payoff_margin * overhead_s * pressure * victim.job.num_gpus / blocked.job.num_gpus
+        numbers = (f"{blocked.job_id} would otherwise wait ~{gain_s:.0f} s (victim {victim.job_id} frees its "
+                   f"GPUs in ~{free_in_s:.0f} s); the swap costs the victim {overhead_s:.0f} s; next arrival "
+                   f"in ~{interval_s:.0f} s (weight {pressure:.2f}): weighted cost {cost_s:.0f} s")
+        if free_in_s <= overhead_s:
+            return PreemptDecision(Verdict.DO_NOT, f"lazy: cannot pay off, the victim ends first: {numbers}")
+        if gain_s <= cost_s:
+            delay_s = min(max(gain_s / 2.0, self.min_recheck_s), self.max_recheck_s)
+            return PreemptDecision(Verdict.DELAY_UNTIL, f"lazy: does not pay off yet: {numbers}",
+                                   until_s=now + delay_s)
+        return PreemptDecision(Verdict.PREEMPT_NOW, f"lazy: pays off: {numbers}")
+
+
+PREEMPTORS.register("never", NeverPreemptor)
+PREEMPTORS.register("eager", EagerPreemptor)
+PREEMPTORS.register("lazy", LazyPreemptor)

@@ -1,0 +1,114 @@
+"""The ``rltune`` job policy: a learned (PPO) priority over observable features.
+
+Weights ship in the package (``rltune.pt``, written by ``benchmarks/train_rltune.py``).
+Non-preemptive (as RLTune); places with the ``milp`` placer by default. With
+``explore=True`` it samples its picks and records its decisions in ``rollout`` (for
+training); with ``fine_tune=True`` :meth:`RLTunePolicy.fine_tune` takes a small
+PPO step (``PpoConfig.fine_tune_lr``) from the decisions recorded since the last call.
+"""
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from trident.errors import ConfigError
+from trident.sched.base import JOB_POLICIES, SchedState
+from trident.sched.features import FeatureConfig, queue_features
+from trident.sched.rl import (NumpyActorCritic, PpoConfig, Rollout, act, build_net, episode_reward, ordering,
+                              ppo_update)
+
+WEIGHTS_FILE = "rltune.pt"
+
+
+def load_net(path: str | Path | None = None):
+    """The actor-critic with the shipped weights (or those at ``path``)."""
+    import io
+
+    import torch
+
+    if path is None:
+        data = resources.files("trident.sched").joinpath(WEIGHTS_FILE).read_bytes()
+    else:
+        data = Path(path).read_bytes()
+    saved = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    net = build_net(0)
+    net.load_state_dict(saved)
+    net.eval()
+    return net
+
+
+class RLTunePolicy:
+    """Learned priority. Keyword-only: ``weights`` (path, default the shipped file),
+    ``net`` (an actor-critic to use instead), ``explore``, ``fine_tune``, ``ppo``, ``features``."""
+
+    name = "rltune"
+    preemptive = False
+    oracle = False
+    placer = "milp"
+
+    def __init__(self, *, weights: str | Path | None = None, net=None, explore: bool = False,
+                 fine_tune: bool = False, ppo: PpoConfig = PpoConfig(),
+                 features: FeatureConfig = FeatureConfig()) -> None:
+        if net is not None and weights is not None:
+            raise ConfigError("weights", weights, "None when net is given")
+        self._weights = weights
+        self._net = net
+        self.explore = explore
+        self.fine_tune_enabled = fine_tune
+        self.ppo = ppo
+        self.features = features
+        self.rollout = Rollout()
+        self.episode = 0
+        self._optimizer = None
+        self._fast: NumpyActorCritic | None = None
+
+    @property
+    def net(self):
+        """The torch actor-critic (loaded on first use)."""
+        if self._net is None:
+            self._net = load_net(self._weights)
+        return self._net
+
+    @property
+    def fast(self) -> NumpyActorCritic:
+        """The numpy copy the policy acts with."""
+        if self._fast is None:
+            self._fast = NumpyActorCritic.from_torch(self.net)
+        return self._fast
+
+    def order(self, state: SchedState, rng: np.random.Generator) -> tuple[str, ...]:
+        """Picks first (jobs that can start now, best first), then the rest by score;
+        only the picks when the policy chose to wait."""
+        if not state.queued:
+            return ()
+        qf = queue_features(state, self.features)
+        action = act(self.fast, qf, rng if self.explore else None, max_picks=self.ppo.max_picks)
+        if self.explore or self.fine_tune_enabled:
+            self.rollout.add(qf, action, self.episode)
+        ids = ordering(qf, action, self.fast)
+        if action.waited:
+            return ids
+        seen = set(ids)
+        return ids + tuple(v.job_id for v in state.queued[self.features.max_jobs:] if v.job_id not in seen)
+
+    def fine_tune(self, *, policy_bsld: float, baseline_bsld: float, rng: np.random.Generator) -> dict[str, float]:
+        """One small PPO step from the decisions recorded since the last call; returns its losses."""
+        if not self.fine_tune_enabled:
+            raise ConfigError("fine_tune", False, "RLTunePolicy(fine_tune=True) to fine-tune online")
+        import torch
+
+        if self._optimizer is None:
+            self._optimizer = torch.optim.Adam(self.net.parameters(), lr=self.ppo.fine_tune_lr)
+        reward = episode_reward(policy_bsld, baseline_bsld)
+        self.net.train()
+        stats = ppo_update(self.net, self._optimizer, self.rollout, {self.episode: reward}, self.ppo, rng)
+        self.net.eval()
+        self._fast = NumpyActorCritic.from_torch(self.net)
+        self.rollout = Rollout()
+        self.episode += 1
+        return {**stats, "reward": reward}
+
+
+JOB_POLICIES.register("rltune", RLTunePolicy)
