@@ -152,7 +152,9 @@ def sim_compare(seeds: list[int]) -> tuple[list[dict], dict]:
 
 # --- learning parts (measured by benchmarks/adaptive_core_learning.py) ------------------------
 
-def learning_metrics(quick: bool) -> dict:
+def learning_metrics(gp_seeds: int, cp_seeds: int, bo_seeds: int) -> dict:
+    """GP MAPE, changepoint recall/delay/false alarms, BO gap/violations, from the learning
+    half's own evaluation functions (benchmarks/adaptive_core_learning.py), summarised."""
     path = Path(__file__).with_name("adaptive_core_learning.py")
     if not path.exists():
         return {"missing": f"{path.name} not found: GP, changepoint and BO figures not measured"}
@@ -160,17 +162,28 @@ def learning_metrics(quick: bool) -> dict:
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
-    out = {}
-    for name in ("evaluate_gp", "evaluate_changepoints", "evaluate_bo"):
-        fn = getattr(mod, name, None)
-        if fn is None:
-            out[name] = {"missing": f"{name} not defined in {path.name}"}
-            continue
-        try:
-            out[name] = fn(quick=quick)
-        except TypeError:
-            out[name] = fn()
-        print(f"  {name}: {json.dumps(out[name], default=str)[:300]}", flush=True)
+    gp = [mod.evaluate_gp(s) for s in range(gp_seeds)]
+    cp = [mod.evaluate_changepoints(s) for s in range(cp_seeds)]
+    bo = mod.evaluate_bo(range(bo_seeds))
+    found, breaks = sum(c["found"] for c in cp), sum(c["breaks"] for c in cp)
+    delays = [d for c in cp for d in c["delays_samples"]]
+    alarms = sum(c["false_alarms_piecewise"] + c["false_alarms_stationary"] for c in cp)
+    samples = sum(c["piecewise_samples"] + c["stationary_samples"] for c in cp)
+    out = {
+        "gp": {"seeds": gp_seeds, "throughput_mape_pct": float(np.mean([g["throughput_mape_pct"] for g in gp])),
+               "max_throughput_mape_pct": float(max(g["throughput_mape_pct"] for g in gp)),
+               "throughput_mape_unfiltered_pct": float(np.mean([g["throughput_mape_unfiltered_pct"] for g in gp])),
+               "heap_mape_pct": float(np.mean([g["heap_mape_pct"] for g in gp]))},
+        "changepoints": {"signals": cp_seeds, "recall": found / breaks if breaks else None,
+                         "margin_samples": getattr(mod, "CP_MARGIN", None),
+                         "median_delay_samples": float(np.median(delays)) if delays else None,
+                         "max_delay_samples": int(max(delays)) if delays else None,
+                         "false_alarms_per_1000": 1000 * alarms / samples},
+        "bo": {"seeds": bo_seeds, "within_5pct": bo["within_5pct"], "max_gap_pct": bo["max_gap_pct"],
+               "violations": bo["violations"], "median_evaluations_to_5pct": bo["median_evaluations_to_5pct"]},
+    }
+    for name, summary in out.items():
+        print(f"  {name}: {json.dumps(summary)}", flush=True)
     return out
 
 
@@ -223,11 +236,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="3 MILP repeats and one simulator seed")
     parser.add_argument("--out", default=str(Path(__file__).with_name("results")), help="results folder")
+    parser.add_argument("--learning-seeds", default=None, metavar="GP,CP,BO",
+                        help="seeds for the GP, changepoint and BO evaluations (default 5,10,20; --quick 2,3,5)")
     args = parser.parse_args(argv)
     started = datetime.now(timezone.utc)
     repeats, seeds = (3, [0]) if args.quick else (11, [0, 1, 2])
     print("learning parts (benchmarks/adaptive_core_learning.py):", flush=True)
-    learning = learning_metrics(args.quick)
+    seeds_spec = args.learning_seeds or ("2,3,5" if args.quick else "5,10,20")
+    learning = learning_metrics(*(int(v) for v in seeds_spec.split(",")))
     print("MILP solve time:", flush=True)
     milp_rows = milp_table(repeats)
     print("fluid simulator, trident vs ds2 vs static:", flush=True)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -35,6 +36,7 @@ from trident.sched.features import queue_features
 from trident.sched.rl import (Action, PpoConfig, Rollout, bounded_slowdown, build_net, episode_reward,
                               imitation_update, ppo_update)
 from trident.sched.rltune import RLTunePolicy
+from trident.sim.cluster import Cluster
 from trident.sim.engine import EngineConfig, Simulator
 from trident.sim.traces import load_trace, scale_cluster
 
@@ -53,7 +55,6 @@ def windows() -> list[tuple[str, tuple, tuple]]:
         nodes = scale_cluster(trace.nodes, fraction) if fraction < 1 else tuple(trace.nodes)
         jobs = sorted(trace.jobs, key=lambda j: (j.arrival_s, j.job_id))
         train = jobs[: int(TRAIN_FRACTION * len(jobs))]
-        from trident.sim.cluster import Cluster
         cluster = Cluster(nodes)
         train = [j for j in train if cluster.could_ever_fit(j)]
         for start in range(0, max(1, len(train) - window + 1), window)[:most]:
@@ -139,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
             policy.episode = e
             _, nodes, jobs = data[i]
             sim_seed = int(rng.integers(1 << 30))
-            rewards[e] = episode_reward(replay(nodes, jobs, policy, sim_seed), replay(nodes, jobs, FifoPolicy(), sim_seed))
+            rewards[e] = episode_reward(replay(nodes, jobs, policy, sim_seed),
+                                        replay(nodes, jobs, FifoPolicy(), sim_seed))
         stats = ppo_update(net, optimizer, policy.rollout, rewards, config, rng)
         score = greedy_score()
         history.append({"iteration": it, "explore_reward": float(np.mean(list(rewards.values()))),
@@ -152,13 +154,20 @@ def main(argv: list[str] | None = None) -> int:
     torch.save(best[2], args.out)
     print(f"best greedy reward {best[0]:+.4f} at iteration {best[1]}; wrote {args.out}")
 
+    net.load_state_dict(best[2])
+    trained = RLTunePolicy(net=net)
+    learned = [replay(nodes, jobs, trained, args.seed) for _, nodes, jobs in data]
+    rows = [{"policy": "fifo", "bounded_slowdown": float(np.mean(baseline)), "ratio_to_baseline": 1.0},
+            {"policy": "rltune", "bounded_slowdown": float(np.mean(learned)),
+             "ratio_to_baseline": float(np.mean(baseline) / np.mean(learned))}]
     args.results.mkdir(parents=True, exist_ok=True)
     doc = {"benchmark": "train_rltune", "trident_version": trident_version(),
            "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+           "machine": {"cpus": os.cpu_count(), "gpus": 0},
            "workload": {"name": "shipped dev traces, windows from the first 70% of each",
                         "sources": [list(s) for s in SOURCES],
                         "seed": args.seed, "mode": "simulated"},
-           "baseline": "fifo", "best_iteration": best[1], "best_greedy_reward": best[0],
+           "baseline": "fifo", "rows": rows, "best_iteration": best[1], "best_greedy_reward": best[0],
            "wall_s": time.perf_counter() - started, "history": history}
     (args.results / "train_rltune.json").write_text(json.dumps(doc, indent=1))
     plot(history, args.results / "train_rltune.png")

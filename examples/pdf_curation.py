@@ -35,7 +35,8 @@ def main() -> None:
     paths = list_pdfs(*folders)
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=4, num_gpus=2,  # logical GPUs: the same script runs on a real GPU cluster
+    # a new local Ray with logical GPUs; on a GPU cluster: ray.init() and the same pipeline
+    ray.init(address="local", num_cpus=4, num_gpus=2,
              runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}})
 
     ds = (ray.data.read_binary_files(paths, include_paths=True, override_num_blocks=len(paths))

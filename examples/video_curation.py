@@ -34,7 +34,7 @@ def main() -> None:
     paths = [c.path for c in clips]
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=4, num_gpus=2, runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+    ray.init(address="local", num_cpus=4, num_gpus=2, runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
 
     ds = (ray.data.read_binary_files(paths, include_paths=True, override_num_blocks=len(paths))
           .map_batches(split_scenes, batch_size=1)                                   # CPU tasks

@@ -174,7 +174,7 @@ def _config_dict(config: AutoscaleConfig) -> dict[str, Any]:
 
 def autoscale(*, policy: Any = "trident", memory_limit: object = None, interval_s: float = 1.0,
               dry_run: bool = False, log_dir: str | None = None, seed: int = 0,
-              controller_timeout_s: float = 30.0) -> Run:
+              controller_timeout_s: float = 60.0) -> Run:
     """Control every Ray Data execution run inside the returned context manager.
 
     ``policy``: a registered policy name (``"trident"``, ``"ds2"``, ``"static"``, ``"ray"``), or a

@@ -34,7 +34,7 @@ class AutoscaleConfig:
     dry_run: bool = False
     log_dir: str | None = None
     seed: int = 0
-    controller_timeout_s: float = 30.0
+    controller_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
         if isinstance(self.policy, str) or not callable(self.policy):

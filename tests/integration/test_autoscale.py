@@ -203,6 +203,12 @@ def test_controller_killed_mid_run_pipeline_completes():
     assert any("controller" in w for w in run.record.warnings)
 
 
+def _two_ops(rows):
+    """task op (capped at 2) -> actor op."""
+    return (ray.data.range(rows, override_num_blocks=12).map_batches(_pre, num_cpus=0.5, concurrency=2)
+            .map_batches(_Post, compute=ActorPoolStrategy(size=1), batch_size=10))
+
+
 def test_two_datasets_in_two_threads_nested_blocks_keep_separate_state():
     results = {}
 
@@ -211,8 +217,7 @@ def test_two_datasets_in_two_threads_nested_blocks_keep_separate_state():
 
     with trident.autoscale(policy="ray", interval_s=0.25) as outer:
         with trident.autoscale(policy="static", interval_s=0.25) as inner:
-            threads = [threading.Thread(target=consume, args=(k, three_ops(rows=120, blocks=12, gpu_max=2)))
-                       for k in ("a", "b")]
+            threads = [threading.Thread(target=consume, args=(k, _two_ops(120))) for k in ("a", "b")]
             for t in threads:
                 t.start()
             for t in threads:
@@ -224,6 +229,9 @@ def test_two_datasets_in_two_threads_nested_blocks_keep_separate_state():
     assert len(inner.executions) == 2
     ids = {e.execution_id for e in inner.executions}
     assert len(ids) == 2
+    a, b = inner.executions
+    assert a.started_at_s < b.ended_at_s and b.started_at_s < a.ended_at_s  # they ran at the same time
+    assert all(e.decisions for e in inner.executions)  # the one controller served both executions
     for e in inner.executions:
         assert {s.execution_id for s in e.snapshots} == {e.execution_id}
         assert e.snapshots[-1].operators[-1].rows_out_total == 120

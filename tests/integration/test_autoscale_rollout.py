@@ -14,7 +14,7 @@ from ray.data import ActorPoolStrategy  # noqa: E402
 import trident  # noqa: E402
 from trident.types import Decision, OperatorTarget, Plan  # noqa: E402
 
-ROWS = 1920  # 60 blocks of 32 rows
+ROWS = 3200  # 100 blocks of 32 rows
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,7 @@ class _Model:
 
     def __call__(self, batch):
         start = time.time()
-        time.sleep(0.02 * len(batch["id"]))
+        time.sleep(0.015 * len(batch["id"]))
         n = len(batch["id"])
         batch["node"] = [self.node] * n
         batch["batch_len"] = [n] * n
@@ -63,7 +63,7 @@ class _Model:
 
 def test_rolling_update_batch_64_on_a_to_batch_32_on_b(cluster):
     ds = (ray.data.range(ROWS, override_num_blocks=ROWS // 32)
-          .map_batches(_Model, compute=ActorPoolStrategy(size=2), num_gpus=0.5,
+          .map_batches(_Model, compute=ActorPoolStrategy(size=2, max_tasks_in_flight_per_actor=1), num_gpus=0.5,
                        resources={"accelerator_type:A": 0.01}, batch_size=64))
     with trident.autoscale(policy=SwitchToB, interval_s=0.25) as run:
         rows = ds.take_all()

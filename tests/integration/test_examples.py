@@ -22,7 +22,7 @@ def local_ray():
     import ray
 
     os.environ["RAY_AUTH_MODE"] = "disabled"
-    ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}})
     yield
     ray.shutdown()

@@ -9,6 +9,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from trident.errors import ConfigError  # noqa: E402
 from trident.sched.base import Verdict  # noqa: E402
 from trident.sched.preempt import LazyPreemptor  # noqa: E402
 from trident.sched.scheduler import JobScheduler  # noqa: E402
@@ -43,6 +44,13 @@ class ByPriority:
 def _work(tag: str, seconds: float) -> tuple[str, float]:
     time.sleep(seconds)
     return tag, time.time()
+
+
+def test_oracle_plug_ins_and_unknown_modes_are_refused():
+    with pytest.raises(ConfigError, match="non-oracle"):
+        JobScheduler(policy="srtf")
+    with pytest.raises(ConfigError, match="preemption"):
+        JobScheduler(preemption="sometimes")
 
 
 def test_every_job_completes_exactly_once_with_its_gpus():

@@ -6,7 +6,9 @@ from trident.control.loop import ControlLoop
 from trident.control.policy import POLICIES
 from trident.errors import ConfigError
 from trident.policies.baseline import DS2Policy, DS2Settings, source_rate, true_rate_per_replica
-from trident.types import ClusterView, OperatorConfig, OperatorSnapshot, Snapshot
+from dataclasses import replace
+
+from trident.types import ClusterView, OperatorConfig, OperatorSnapshot, Snapshot, with_config
 
 CLUSTER = ClusterView(cpus=8, gpus=4)
 
@@ -110,3 +112,27 @@ def test_policies_are_deterministic():
         return [p.step(chain(t * 0.5, src_rows=37 * t, src_busy=0.3 * t, a_rows=30 * t, a_busy=0.9 * t,
                              b_rows=29 * t, b_busy=0.2 * t), t * 0.5) for t in range(20)]
     assert run() == run()
+
+
+def test_ds2_discards_a_window_with_actors_starting():
+    policy = DS2Policy(settings=DS2Settings(window_s=1.0))
+    policy.step(chain(0, src_rows=0, src_busy=0, a_rows=0, a_busy=0, b_rows=0, b_busy=0), 0)
+    cold = chain(1, src_rows=100, src_busy=1, a_rows=0, a_busy=0, b_rows=0, b_busy=0)
+    cold = Snapshot(execution_id="e", seq=10, time_s=1.0, cluster=CLUSTER,
+                    operators=tuple(replace(o, actors_pending=2) if o.name == "A" else o for o in cold.operators))
+    d = policy.step(cold, 1.0)
+    assert d.plan is None and "still starting" in d.reason
+
+
+def test_ds2_keeps_the_last_true_rate_of_an_idle_operator_and_bounds_uncapped_pools():
+    policy = DS2Policy(settings=DS2Settings(window_s=1.0, min_busy_s=0.5))
+    policy.step(chain(0, src_rows=0, src_busy=0, a_rows=0, a_busy=0, b_rows=0, b_busy=0), 0)
+    first = policy.step(chain(1, src_rows=100, src_busy=0.5, a_rows=100, a_busy=2.0, b_rows=100, b_busy=0.5), 1)
+    assert {t.name: t.replicas for t in first.plan.targets}["A"] == 8  # ceil(400 / 50)
+    # next window: A barely busy (0.1 s) but the source doubles -> A's last true rate (50/s) is reused
+    s = chain(2, src_rows=300, src_busy=1.0, a_rows=105, a_busy=2.1, b_rows=300, b_busy=1.0)
+    s = Snapshot(execution_id="e", seq=20, time_s=2.0, cluster=CLUSTER, operators=tuple(
+        with_config(o, max_replicas=None, num_cpus=0.75) if o.name == "A" else o for o in s.operators))
+    d = policy.step(s, 2.0)
+    a = {t.name: t.replicas for t in d.plan.targets}["A"]
+    assert a == 10  # ceil(400 rows/busy-s x 2 tasks / 50) = 16, bounded by 8 CPUs at 0.75 CPU each

@@ -283,3 +283,17 @@ def test_validation_names_the_parameter():
         _two_op_problem(time_limit_s=0)
     with pytest.raises(ConfigError, match="solver"):
         solve_placement(_two_op_problem(), solver="gurobi")
+
+
+def test_solves_after_another_highs_user_in_the_same_process():
+    """HiGHS's thread pool is process-wide: a solve elsewhere (default threads) must not break ours."""
+    import pulp
+
+    other = pulp.LpProblem("other", pulp.LpMaximize)
+    y = pulp.LpVariable("y", 0, 10, cat="Integer")
+    other += y
+    other += 2 * y <= 7
+    other.solve(pulp.HiGHS(msg=False))
+    assert pulp.LpStatus[other.status] == "Optimal"
+    res = solve_placement(_two_op_problem())
+    assert res.status == "optimal" and res.throughput_rows_per_s == pytest.approx(130.0, rel=0.01)

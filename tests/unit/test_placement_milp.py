@@ -17,7 +17,8 @@ def _cluster(sizes, models=None, used=None, cpus=64.0):
     for i, u in enumerate(used or []):
         if u:
             filler = Job(f"fill{i}", 0.0, 1.0, float(u))
-            c.allocate(filler, Allocation(nodes[i].gpu_model, tuple((i, d, 1000) for d in range(u)), (nodes[i].node_id,)))
+            devices = tuple((i, d, 1000) for d in range(u))
+            c.allocate(filler, Allocation(nodes[i].gpu_model, devices, (nodes[i].node_id,)))
     return c
 
 

@@ -77,7 +77,7 @@ def test_lazy_does_not_preempt_a_victim_about_to_finish():
 
 def test_lazy_waits_when_other_gpus_free_up_soon_or_arrivals_are_dense():
     prior = RuntimePrior(points_s=tuple(float(x) for x in np.linspace(100, 20000, 2000)))
-    lazy = LazyPreemptor(prior=prior)
+    lazy = LazyPreemptor(prior=prior, max_waste_fraction=1.0)  # gain against cost only
     v = _running("v", start=0.0, setup=60.0)
     b = _queued("b", gpus=4.0, setup=60.0)
     now = 60.0 + 50.0
@@ -92,9 +92,29 @@ def test_lazy_waits_when_other_gpus_free_up_soon_or_arrivals_are_dense():
     assert dense.verdict is Verdict.DELAY_UNTIL, dense.reason
 
 
+def test_lazy_evicts_only_once_the_victims_swaps_are_amortised():
+    lazy = LazyPreemptor(checkpoint_restore_s=40.0, max_waste_fraction=0.01)
+    b = _queued("b", setup=60.0)
+    # Overhead of a swap: 60 s setup + 40 s restore = 100 s; 1% => 10,000 s held per swap.
+    young = _running("v", start=0.0, setup=60.0)
+    d = lazy.decide(blocked=b, victim=young, state=_state(5000.0, [young], [b]), predictor=_predictor(3600))
+    assert d.verdict is Verdict.DELAY_UNTIL and d.until_s == pytest.approx(5000.0 + 3600.0), d.reason
+    assert "1%" in d.reason
+    old = _running("v", start=0.0, setup=60.0)
+    d = lazy.decide(blocked=b, victim=old, state=_state(30000.0, [old], [b]), predictor=_predictor(3600))
+    assert d.verdict is Verdict.PREEMPT_NOW, d.reason
+    # A job already swapped twice needs three times the service before a third swap.
+    twice = _running("v", start=20000.0, setup=60.0, attained_before=5000.0)
+    twice = JobView(**{**twice.__dict__, "preemptions": 2})
+    d = lazy.decide(blocked=b, victim=twice, state=_state(40000.0, [twice], [b]), predictor=_predictor(3600))
+    assert d.verdict is Verdict.DELAY_UNTIL, d.reason
+
+
 def test_lazy_configuration_is_validated():
     with pytest.raises(ConfigError, match="checkpoint_restore_s"):
         LazyPreemptor(checkpoint_restore_s=-1)
+    with pytest.raises(ConfigError, match="max_waste_fraction"):
+        LazyPreemptor(max_waste_fraction=0.0)
     with pytest.raises(ConfigError, match="remaining_quantile"):
         LazyPreemptor(remaining_quantile=1.0)
     with pytest.raises(ConfigError, match="min_recheck_s"):

@@ -97,3 +97,26 @@ def test_plot_writes_a_png(tmp_path):
     d = series(record())["MapBatches(Embed)"]
     assert d["t_s"][0] == pytest.approx(1.5) and d["replicas"][-1] == 3
     assert d["rss_mib"][-1] == pytest.approx(600.0)
+
+
+def test_rows_of_a_write_pipeline_are_the_rows_written_not_the_sinks_statistics_rows():
+    r = record()
+    e = r.executions[0]
+    last = e.snapshots[-1]
+    sink = OperatorSnapshot(name="Write", index=2, config=OperatorConfig(kind="task", replicas=None),
+                            rows_in_total=300, rows_out_total=4)  # one statistics row per write task
+    e.snapshots[-1] = Snapshot(execution_id=last.execution_id, seq=last.seq, time_s=last.time_s,
+                               operators=last.operators + (sink,), cluster=last.cluster)
+    assert summarize(r)["rows"] == 300
+
+
+def test_rows_hidden_by_a_fused_write_sink_are_not_measured():
+    r = record()
+    e = r.executions[0]
+    last = e.snapshots[-1]
+    fused = OperatorSnapshot(name="ReadRange->MapBatches(f)->Write", index=1,
+                             config=OperatorConfig(kind="task", replicas=None), rows_in_total=4, rows_out_total=4)
+    e.snapshots[-1] = Snapshot(execution_id=last.execution_id, seq=last.seq, time_s=last.time_s,
+                               operators=(last.operators[0], fused), cluster=last.cluster)
+    s = summarize(r)
+    assert s["rows"] is None and "throughput_rows_per_s" not in s

@@ -38,9 +38,6 @@ class Controller:
             loop = self.loops[snapshot.execution_id] = ControlLoop(policy=policy, context=self.context)
         return loop.step(snapshot, now)
 
-    def ping(self) -> bool:
-        return True
-
 
 @dataclass(frozen=True)
 class ControllerFailure:

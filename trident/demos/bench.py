@@ -124,11 +124,14 @@ class Cluster:
 
 class MemoryWatchdog:
     """Kills the largest registered replica while the replicas' summed unique memory (USS)
-    exceeds the limit."""
+    exceeds the limit; with ``kill=False`` it only records the peak (to test a configuration
+    for feasibility)."""
 
-    def __init__(self, pid_dir: str, limit_bytes: int, *, poll_s: float = 0.2, cooldown_s: float = 1.0) -> None:
+    def __init__(self, pid_dir: str, limit_bytes: int, *, kill: bool = True, poll_s: float = 0.2,
+                 cooldown_s: float = 1.0) -> None:
         self.pid_dir = Path(pid_dir)
         self.limit_bytes = limit_bytes
+        self.kill = kill
         self.poll_s = poll_s
         self.cooldown_s = cooldown_s
         self.kills = 0
@@ -160,7 +163,7 @@ class MemoryWatchdog:
             rss = self._uss()
             total = sum(rss.values())
             self.peak_bytes = max(self.peak_bytes, total)
-            if total > self.limit_bytes and rss:
+            if self.kill and total > self.limit_bytes and rss:
                 victim = max(rss, key=rss.get)
                 try:
                     os.kill(victim, signal.SIGKILL)
@@ -218,8 +221,9 @@ class Measured:
 
 
 def run_once(workload: Workload, blocks: list[list[dict]], curves: dict[str, CostCurve], cluster: Cluster, *,
-             policy: str | None, pools, interval_s: float = 1.0) -> Measured:
-    """Execute once under ``policy`` (``None``: no trident, stock Ray), under the watchdog."""
+             policy: str | None, pools, interval_s: float = 1.0, kill: bool = True) -> Measured:
+    """Execute once under ``policy`` (``None``: no trident, stock Ray), under the watchdog
+    (``kill=False``: it only measures the peak memory)."""
     import pyarrow.parquet as pq
 
     import trident
@@ -231,7 +235,7 @@ def run_once(workload: Workload, blocks: list[list[dict]], curves: dict[str, Cos
     run = trident.autoscale(policy=policy, memory_limit=cluster.memory_limit_bytes, interval_s=interval_s,
                             controller_timeout_s=120.0) if policy else None
     error = None
-    with MemoryWatchdog(str(pid_dir), cluster.memory_limit_bytes) as dog:
+    with MemoryWatchdog(str(pid_dir), cluster.memory_limit_bytes, kill=kill) as dog:
         t0 = time.perf_counter()
         try:
             if run is not None:
@@ -253,26 +257,47 @@ def run_once(workload: Workload, blocks: list[list[dict]], curves: dict[str, Cos
                     record=run.record if run is not None else None)
 
 
-def static_splits(gpus: int) -> list[tuple[int, int]]:
+def static_splits(gpus: int, fits=None) -> list[tuple[int, int]]:
     """(OCR replicas, embed replicas) configurations the oracle sweeps: the GPUs split in half,
-    and the two extremes (one replica for one stage, the rest for the other)."""
-    ocr = sorted({1, gpus // 2, gpus - 1})
-    return [(o, gpus - o) for o in ocr if 1 <= o <= gpus - 1]
+    and the two extremes (one replica for one stage, the rest for the other). With ``fits``
+    (``fits(ocr, embed) -> bool``), each is shrunk, larger side first, until it fits."""
+    out = []
+    for o in sorted({1, gpus // 2, gpus - 1}):
+        e = gpus - o
+        while fits is not None and not fits(o, e) and o + e > 2:
+            o, e = (o - 1, e) if o >= e and o > 1 else (o, e - 1)
+        if 1 <= o and 1 <= e and (o, e) not in out:
+            out.append((o, e))
+    return out
+
+
+REPLICA_OVERHEAD_BYTES = 110 * 2**20
+"""Resident memory of an idle Ray worker process beyond a stage's calibrated memory (estimate)."""
 
 
 def oracle(workload: Workload, curves, cluster: Cluster, *, log) -> tuple[float, dict]:
-    """Best static split per phase (each phase run alone, every split); the oracle's wall time
-    is the sum over phases of the best phase times."""
+    """Best feasible static split per phase (each phase run alone under every split, nothing
+    killed; a split whose model replicas' peak USS exceeds the memory limit is infeasible).
+    The oracle's wall time is the sum over phases of the best phase times (inf if a phase
+    has no feasible split)."""
     best = {}
     for ph in workload.phases:
         blocks = items_of(workload, (ph,))
         times = {}
-        for split in static_splits(cluster.gpus):
-            m = run_once(workload, blocks, curves, cluster, policy=None, pools=((split[0],) * 2, (split[1],) * 2))
-            times[split] = m.wall_s if not m.rows_lost and m.error is None else float("inf")
-            log(f"  oracle sweep {ph.name} ocr={split[0]} embed={split[1]}: {m.wall_s:.1f} s, {m.oom_kills} OOM kills")
+        per = {k: curves[k].base_bytes * cluster.memory_scale + REPLICA_OVERHEAD_BYTES for k in ("ocr", "embed")}
+        fits = lambda o, e: o * per["ocr"] + e * per["embed"] <= cluster.memory_limit_bytes
+        for split in static_splits(cluster.gpus, fits):
+            m = run_once(workload, blocks, curves, cluster, policy=None, pools=((split[0],) * 2, (split[1],) * 2),
+                         kill=False)
+            feasible = not m.rows_lost and m.error is None and m.peak_model_uss_bytes <= cluster.memory_limit_bytes
+            times[split] = m.wall_s if feasible else float("inf")
+            log(f"  oracle sweep {ph.name} ocr={split[0]} embed={split[1]}: {m.wall_s:.1f} s, peak model USS "
+                f"{m.peak_model_uss_bytes / 2**30:.2f} GiB" + ("" if feasible else " (infeasible)"))
         split = min(times, key=times.get)
-        best[ph.name] = {"ocr_replicas": split[0], "embed_replicas": split[1], "wall_s": round(times[split], 2)}
+        best[ph.name] = {"ocr_replicas": split[0], "embed_replicas": split[1],
+                         "wall_s": round(times[split], 2) if times[split] < float("inf") else None}
+    if any(b["wall_s"] is None for b in best.values()):
+        return float("inf"), best
     return sum(b["wall_s"] for b in best.values()), best
 
 
@@ -282,9 +307,10 @@ def _failed_tasks(summary: dict) -> int | None:
 
 
 def bench_workload(workload: Workload, curves, cluster: Cluster, *, policies=POLICIES, with_oracle: bool = True,
-                   interval_s: float = 1.0, runs_dir: str | None = None, log=print) -> dict:
+                   interval_s: float = 1.0, runs_dir: str | None = None, save=None, log=print) -> dict:
     """One workload under every policy, side by side; a RESULTS.md-shaped dict. Each
-    policy's full run record (snapshots, decisions) goes to ``runs_dir`` when given."""
+    policy's full run record (snapshots, decisions) goes to ``runs_dir`` when given;
+    ``save(result)`` is called with the policy rows before the oracle sweep and again after."""
     import ray
 
     import trident
@@ -340,16 +366,24 @@ def bench_workload(workload: Workload, curves, cluster: Cluster, *, policies=POL
         "baseline": "ray",
         "rows": rows,
     }
+    if save is not None:
+        save(out)
     if with_oracle:
         oracle_s, best = oracle(workload, curves, cluster, log=log)
-        tput = n_rows / oracle_s if oracle_s > 0 else 0.0
+        feasible = oracle_s < float("inf")
+        tput = n_rows / oracle_s if feasible and oracle_s > 0 else 0.0
         for row in rows:
             row["ratio_to_oracle"] = round(row["throughput_rows_per_s"] / tput, 3) if tput > 0 else None
-        oracle_row = {"policy": "oracle", "wall_s": round(oracle_s, 2), "throughput_rows_per_s": round(tput, 3),
-                      "per_phase": best, "note": "best static split per phase, phases run alone (no transitions)"}
-        if base is not None and base.throughput_rows_per_s > 0:
+        oracle_row = {"policy": "oracle", "per_phase": best,
+                      "note": "best static split per phase within the memory limit, phases run alone "
+                              "(no transitions)" + ("" if feasible else "; a phase had no feasible split")}
+        if feasible:
+            oracle_row.update(wall_s=round(oracle_s, 2), throughput_rows_per_s=round(tput, 3))
+        if tput > 0 and base is not None and base.throughput_rows_per_s > 0:
             oracle_row["ratio_to_baseline"] = round(tput / base.throughput_rows_per_s, 3)
         rows.append(oracle_row)
+        if save is not None:
+            save(out)
     return out
 
 
@@ -403,12 +437,14 @@ def run_bench(*, out_dir: str = "benchmarks/results", scale: float = 1.0, polici
     written: list[str] = []
     try:
         for name in names:
-            res = bench_workload(workloads(scale)[name], curves, cluster, policies=policies,
-                                 with_oracle=with_oracle, interval_s=interval_s, runs_dir=str(out / "runs"),
-                                 log=log)
             path = out / f"pipeline_bench-{name}.json"
-            path.write_text(json.dumps(res, indent=1) + "\n")
-            plot_results([res], str(path.with_suffix(".png")))
+
+            def save(res: dict, path: Path = path) -> None:
+                path.write_text(json.dumps(res, indent=1) + "\n")
+                plot_results([res], str(path.with_suffix(".png")))
+
+            bench_workload(workloads(scale)[name], curves, cluster, policies=policies, with_oracle=with_oracle,
+                           interval_s=interval_s, runs_dir=str(out / "runs"), save=save, log=log)
             written += [str(path), str(path.with_suffix(".png"))]
     finally:
         ray.shutdown()

@@ -44,13 +44,14 @@ def account(inputs: list[str], keys: list[str], statuses: list[str], reasons: li
 
 
 def start_ray(*, num_cpus: int = 4, num_gpus: int = 2) -> None:
-    """A local Ray with logical GPUs (``num_gpus`` need not exist physically)."""
+    """A new local Ray with logical GPUs (``num_gpus`` need not exist physically); never an
+    existing cluster on this machine."""
     import ray
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     if not ray.is_initialized():
-        ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, log_to_driver=False,
-                 runtime_env={"env_vars": dict(WORKER_ENV)})
+        ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
+                 log_to_driver=False, runtime_env={"env_vars": dict(WORKER_ENV)})
 
 
 def _autoscale(policy: str | None, memory_limit: str | None, interval_s: float | None):

@@ -14,6 +14,7 @@ import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+import warnings
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -63,6 +64,7 @@ class _LogGP:
     """A scikit-learn GP on log targets with inputs standardised from the training data."""
 
     def __init__(self, x: np.ndarray, y: np.ndarray, *, n_restarts: int, random_state: int) -> None:
+        from sklearn.exceptions import ConvergenceWarning
         from sklearn.gaussian_process import GaussianProcessRegressor
         from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
@@ -71,7 +73,8 @@ class _LogGP:
         kernel = ConstantKernel(1.0, (1e-3, 1e3)) * Matern(
             length_scale=np.ones(x.shape[1]), length_scale_bounds=(5e-2, 1e3), nu=2.5
         ) + WhiteKernel(1e-2, (1e-6, 1.0))
-        with single_threaded():
+        with single_threaded(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
             self.gp = GaussianProcessRegressor(
                 kernel=kernel, normalize_y=True, n_restarts_optimizer=n_restarts, random_state=random_state
             ).fit((x - self.x_mean) / self.x_scale, np.log(y))

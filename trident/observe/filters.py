@@ -16,6 +16,7 @@ removed before a model is fitted, in three steps:
 """
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -106,7 +107,8 @@ def state_rejection(op: OperatorSnapshot) -> str | None:
     return None
 
 
-def _sample(op: OperatorSnapshot, time_s: float) -> ThroughputSample:
+def to_sample(op: OperatorSnapshot, time_s: float) -> ThroughputSample:
+    """The per-replica sample of ``op`` at ``time_s`` (no filtering; see :func:`state_rejection`)."""
     replicas = replicas_running(op)
     heap = op.heap_rss_per_replica_bytes
     if heap is None and op.heap_rss_bytes is not None:
@@ -152,6 +154,7 @@ def gp_residual_mask(
     The residual scale is robust (1.4826 x MAD of the residuals, at least ``rel_floor``
     in log units). Returns all False when the GP cannot be fitted.
     """
+    from sklearn.exceptions import ConvergenceWarning
     from sklearn.gaussian_process import GaussianProcessRegressor
     from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
@@ -162,7 +165,8 @@ def gp_residual_mask(
         length_scale=np.ones(x.shape[1]), length_scale_bounds=(1e-2, 1e3), nu=2.5
     ) + WhiteKernel(1e-2, (1e-6, 1.0))
     try:
-        with single_threaded():
+        with single_threaded(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
             gp = GaussianProcessRegressor(kernel=kernel, normalize_y=True, random_state=seed).fit(x, y)
             r = y - gp.predict(x)
     except (ValueError, np.linalg.LinAlgError):
@@ -197,7 +201,7 @@ def sustainable_samples(
     for op, t in zip(history, times_s):
         why = state_rejection(op)
         if why is None:
-            candidates.append(_sample(op, float(t)))
+            candidates.append(to_sample(op, float(t)))
         else:
             rejected.append(Rejection(float(t), op.name, "state", why))
 

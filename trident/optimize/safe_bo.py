@@ -3,21 +3,29 @@
 Each :meth:`SafeBayesOpt.suggest` looks at every observation so far and proposes the
 next configuration to try, only from the *safe set*: configurations whose memory upper
 bound, ``fixed_memory_bytes + concurrency * U(batch, device)``, is under the limit.
-``U`` (bytes per replica) is the larger of
+Memory per replica does not depend on concurrency, so ``U`` is learned per device over
+batch size alone:
 
-* the upper confidence bound ``exp(mu + beta * sigma)`` of a GP on log memory per replica
-  over (log batch size, device) with a linear mean, and
-* a structural bound from the observations, which assumes memory per replica is a fixed
-  part plus a part at most proportional to the batch: at an observed batch, the largest
-  observed value (plus ``memory_margin``); above it, that value scaled by the batch
-  ratio; below it, the value of the next larger observed batch.
+* a GP on memory per replica over batch size (botorch ``SingleTaskGP`` with a linear
+  mean, so it extrapolates the per-row growth) gives the upper confidence bound
+  ``mu + beta * sigma`` once two batch sizes have been seen on the device;
+* a structural bound must hold as well: memory per replica is assumed to be a fixed part
+  plus a part at most proportional to the batch, so above an observed batch it is at most
+  the observed value (plus ``memory_margin``) times the batch ratio, and below one at most
+  that batch's value (a GP fitted to two or three noisy points can be overconfident; this
+  bound cannot be);
+* the safe set grows by at most ``max_batch_growth`` x the largest batch seen on the
+  device per step (a trust region: the GP is not trusted far from its data).
 
+``U`` is the larger of the two bounds within the trust region and infinite outside it.
 A device not observed yet is only tried at its minimal configuration (smallest batch,
 fewest replicas), assumed safe. Among safe configurations not evaluated yet, it picks
-the one with the highest log expected improvement of a GP on log throughput; when no
-candidate is expected to improve by at least ``min_improvement`` (relative), it returns
-the best safe observation (``converged``). The first suggestion is the known-safe
-``initial`` configuration. Deterministic for a given ``seed``.
+the one with the highest log expected improvement of a GP on log throughput. When none
+promises a relative gain of ``min_improvement`` but an uncertified configuration might
+(its optimistic throughput is above the best), it evaluates the safe configuration at
+the largest new batch size (expanding the safe set); otherwise it returns the best safe
+observation (``converged``). The first suggestion is the known-safe ``initial``
+configuration. Deterministic for a given ``seed``; torch is seeded inside a forked RNG.
 """
 from __future__ import annotations
 
@@ -56,9 +64,11 @@ class Suggestion:
 class SafeBayesOpt:
     """Safe BO over a :class:`KnobSpace` under ``memory_limit_bytes`` (see the module docstring).
 
-    ``fixed_memory_bytes`` is memory used regardless of the knobs (counted against the
-    limit); ``beta`` the width of the memory confidence bound; ``memory_margin`` the
-    relative margin on observed memory.
+    ``initial`` is the known-safe configuration running now; ``fixed_memory_bytes`` is
+    memory used regardless of the knobs (counted against the limit); ``beta`` the width of
+    the memory confidence bound; ``memory_margin`` the relative margin on observed memory;
+    ``max_batch_growth`` the trust-region factor on batch size; ``min_improvement`` the
+    relative expected gain below which the search stops.
     """
 
     def __init__(
@@ -128,7 +138,7 @@ class SafeBayesOpt:
             y = np.array([o.memory_per_replica_bytes for o in obs])
             y_scale = float(y.max())
             mu, sd = _fit_predict(x, y / y_scale, np.array([[b / scale] for b in batches]), seed=self.seed, linear_mean=True)
-            out = np.minimum(out, y_scale * (mu + self.beta * sd))
+            out = np.maximum(out, y_scale * (mu + self.beta * sd))
         out[np.asarray(batches) > self.max_batch_growth * b_max] = math.inf
         return out
 

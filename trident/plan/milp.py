@@ -401,7 +401,9 @@ def _run(prob, problem: PlacementProblem, solver: str, start: dict | None = None
     if solver == "highs":
         import highspy
 
-        cmd = _warm_highs()(start=start, msg=False, timeLimit=problem.time_limit_s, gapRel=problem.gap_rel, threads=1)
+        # No ``threads`` option: HiGHS's thread pool is process-wide, and asking for a count
+        # other than the one another HiGHS user in this process started it with fails the solve.
+        cmd = _warm_highs()(start=start, msg=False, timeLimit=problem.time_limit_s, gapRel=problem.gap_rel)
         prob.solve(cmd)
         model = prob.solverModel
         st = model.getModelStatus()

@@ -28,6 +28,7 @@ from trident.errors import ConfigError
 from trident.model.features import ConfigFeatures, device_type_of
 from trident.model.gp import OperatorModel
 from trident.model.regimes import RegimeStore
+from trident.model.threads import single_threaded
 from trident.observe.filters import sustainable_samples
 from trident.plan.milp import (
     ANY_GPU,
@@ -162,7 +163,7 @@ class TridentPolicy:
                 notes += self._observe(op, snapshot.time_s)
         due = [tr for tr in self.tracks.values() if self._fit_due(tr, snapshot.time_s)]
         if due:
-            with _one_thread():
+            with single_threaded():
                 for tr in due:
                     notes += self._fit(tr, snapshot.time_s)
         if self.phase:
@@ -209,7 +210,9 @@ class TridentPolicy:
         if op.actors_pending > 0 and tr.pending_since_s is None:
             tr.pending_since_s = t
         elif op.actors_pending == 0 and tr.pending_since_s is not None:
-            tr.cold_start_s = max(tr.cold_start_s or 0.0, t - tr.pending_since_s)
+            # the shortest wait seen: longer ones also waited for resources or for a rolling update
+            waited = t - tr.pending_since_s
+            tr.cold_start_s = waited if tr.cold_start_s is None else min(tr.cold_start_s, waited)
             tr.pending_since_s = None
         if op.heap_rss_per_replica_bytes:
             tr.heap[key] = max(tr.heap.get(key, 0.0), float(op.heap_rss_per_replica_bytes))
@@ -489,7 +492,7 @@ class TridentPolicy:
         bo = SafeBayesOpt(space=KnobSpace(batch_sizes=batches, concurrencies=(n,), device_types=(dev,)),
                           memory_limit_bytes=float(limit), initial=Knobs(b, n, dev), seed=self.context.seed,
                           fixed_memory_bytes=float(others))
-        with _one_thread():
+        with single_threaded():
             sug = bo.suggest(obs)
         if sug.knobs.batch_size == b:
             tr.bo_tried = s.bo_trials  # converged on the current batch size for this regime
@@ -538,13 +541,6 @@ def _starved(tr: _Track, last: int = 10) -> bool:
     recent = list(tr.snaps)[-last:]
     return bool(recent) and sum(o.input_queue_blocks == 0 and o.actors_pending == 0 for _, o in recent) >= 0.8 * len(
         recent)
-
-
-def _one_thread():
-    """BLAS and OpenMP on one thread: the small fits here are 50x slower when threads contend."""
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(limits=1)
 
 
 def _used(o: OperatorSnapshot) -> tuple[float, float]:

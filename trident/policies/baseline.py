@@ -5,7 +5,10 @@ second of busy time, which ignores time spent waiting on upstream or blocked dow
 For a chain ``op_0 -> op_1 -> ...`` the target output rate of ``op_0`` (the source) is what
 it produces now; each later operator must absorb its upstream's target, so
 ``replicas_i = ceil(target_in_i / true_rate_per_replica_i)``, clamped to the operator's
-``[min_replicas, max_replicas]``. Pure: no Ray, no clock.
+``[min_replicas, max_replicas]`` (an uncapped pool is bounded by what the cluster can hold).
+As in DS2, a window in which actors are still starting is not used (their cold start would read
+as a low rate), and an operator too idle in a window to measure keeps its last measured true
+rate. Pure: no Ray, no clock.
 """
 from __future__ import annotations
 
@@ -102,6 +105,14 @@ def source_rate(first: OperatorSnapshot, last: OperatorSnapshot, elapsed_s: floa
     return max(observed, true_rate * parallelism)
 
 
+def cluster_bound(op: OperatorSnapshot, snapshot: Snapshot) -> int:
+    """The most replicas of ``op`` the cluster could hold, from its per-replica GPUs (else CPUs)."""
+    cfg, cluster = op.config, snapshot.cluster
+    if cfg.num_gpus > 0:
+        return max(1, int(cluster.gpus // cfg.num_gpus))
+    return max(1, int(cluster.cpus // cfg.num_cpus)) if cfg.num_cpus > 0 else max(1, cfg.min_replicas)
+
+
 def selectivity(op: OperatorSnapshot) -> float:
     """Rows out per row in (1.0 until both are known)."""
     return op.rows_out_total / op.rows_in_total if op.rows_in_total and op.rows_out_total else 1.0
@@ -117,6 +128,7 @@ class DS2Policy:
         self.settings = settings or DS2Settings()
         self._window_start: Snapshot | None = None
         self._current: dict[str, int] = {}
+        self._true_rates: dict[str, float] = {}
         self._plan_seq = 0
 
     def step(self, snapshot: Snapshot, now: float) -> Decision:
@@ -128,6 +140,9 @@ class DS2Policy:
         if elapsed_s < self.settings.window_s:
             return Decision(time_s=now, reason=f"ds2: observing ({elapsed_s:.1f}/{self.settings.window_s:.1f} s)")
         self._window_start = snapshot
+        pending = sum(op.actors_pending for op in snapshot.operators)
+        if pending:
+            return Decision(time_s=now, reason=f"ds2: {pending} actors still starting; window discarded")
         targets, notes = self._targets(start, snapshot, elapsed_s)
         changed = tuple(t for t in targets if self._current.get(t.name) != t.replicas)
         if not changed:
@@ -149,6 +164,8 @@ class DS2Policy:
             first = before[op.name]
             if i == 0:
                 target_out_rate = source_rate(first, op, elapsed_s, self.settings.min_busy_s) * self.settings.headroom
+                if target_out_rate <= 0:
+                    return [], [f"{op.name}: the source produced nothing yet; no target"]
                 notes.append(f"{op.name}: source target {target_out_rate:.1f} rows/s")
                 continue
             target_in_rate = target_out_rate or 0.0
@@ -157,11 +174,14 @@ class DS2Policy:
                 continue
             true_rate = true_rate_per_replica(first, op, self.settings.min_busy_s)
             if true_rate is None:
-                notes.append(f"{op.name}: too little busy time to measure its true rate")
-                continue
+                true_rate = self._true_rates.get(op.name)
+                if true_rate is None:
+                    notes.append(f"{op.name}: too little busy time to measure its true rate")
+                    continue
+            self._true_rates[op.name] = true_rate
             lo = max(1, op.config.min_replicas)
-            hi = op.config.max_replicas if op.config.max_replicas is not None else lo
-            want = math.ceil(target_out_rate / true_rate) if target_out_rate > 0 else lo
+            hi = op.config.max_replicas if op.config.max_replicas is not None else cluster_bound(op, end)
+            want = math.ceil(target_out_rate / true_rate)
             replicas = min(hi, max(lo, want))
             targets.append(OperatorTarget(name=op.name, replicas=replicas))
             notes.append(f"{op.name}: ceil({target_out_rate:.1f} / {true_rate:.1f} rows/s per replica) = {want}"

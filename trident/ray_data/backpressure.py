@@ -44,9 +44,6 @@ class StockCaps:
     def _stock_policies(self) -> list[Any]:
         return [p for p in self.executor._backpressure_policies if hasattr(p, "_concurrency_caps")]
 
-    def current(self, op: Any) -> int | None:
-        return getattr(op, "_max_concurrency", None)
-
     def lift(self, op: Any, cap: int) -> None:
         if op not in self.saved:
             self.saved[op] = (getattr(op, "_max_concurrency", None),

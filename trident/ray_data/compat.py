@@ -37,7 +37,8 @@ _OBSERVE_METRICS = ("rows_task_outputs_generated", "bytes_task_outputs_generated
 
 def _missing_actuation() -> str | None:
     try:
-        from ray.data._internal.actor_autoscaler import ActorAutoscaler, ActorPoolScalingRequest, _get_max_scale_up  # noqa: F401
+        from ray.data._internal.actor_autoscaler import (  # noqa: F401
+            ActorAutoscaler, ActorPoolScalingRequest, _get_max_scale_up)
         from ray.data._internal.execution.backpressure_policy import BackpressurePolicy  # noqa: F401
         from ray.data._internal.execution.operators.actor_pool_map_operator import _ActorPool
         from ray.data._internal.execution.operators.task_pool_map_operator import TaskPoolMapOperator  # noqa: F401

@@ -25,8 +25,10 @@ def operator_kind(op: Any) -> str:
     return "other"
 
 
-POLL_INTERVAL_S = 0.05
-"""How often the executor thread checks for the controller's answers (it never waits for them)."""
+def poll_interval_s(interval_s: float) -> float:
+    """How often the executor thread checks for the controller's answers (it never waits for
+    them): a quarter of the observation interval, within 20-250 ms."""
+    return min(0.25, max(0.02, interval_s / 4))
 
 
 class ExecutionShim:
@@ -55,6 +57,7 @@ class ExecutionShim:
         self.applied_plan_seq = 0
         self.last_observed_s = -float("inf")
         self.last_polled_s = -float("inf")
+        self.poll_s = poll_interval_s(self.config.interval_s)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -75,7 +78,6 @@ class ExecutionShim:
         ops = list(self.executor._topology)
         self.kinds = {op: operator_kind(op) for op in ops}
         self.names = OperatorNames(ops)
-        self.stock_caps = None
         wants_control = self.config.policy_name != "ray" and not self.config.dry_run
         if wants_control and not caps.actuate:
             self._event("observe_only", f"observe only: {caps.reason}")
@@ -138,8 +140,12 @@ class ExecutionShim:
                                 "stock Ray Data")
 
     def finish(self, status: str) -> None:
+        if self.builder is not None:
+            try:  # the final counters, also after a fallback
+                self.observe(force=True)
+            except Exception as exc:
+                self._event("final_snapshot_failed", f"{type(exc).__name__}: {exc}")
         if self.observing:
-            self.observe(force=True)
             self._poll_controller()
         self.to_stock(record_mode=False)
         self.record.status = status
@@ -158,7 +164,7 @@ class ExecutionShim:
             return
         self.observe()
         now = self.now_s()
-        if now - self.last_polled_s >= POLL_INTERVAL_S:
+        if now - self.last_polled_s >= self.poll_s:
             self.last_polled_s = now
             self._poll_controller()
 
@@ -169,7 +175,7 @@ class ExecutionShim:
         self.last_observed_s = now
         snapshot = self.builder.snapshot(now)
         self.record.snapshots.append(snapshot)
-        if self.client is not None:
+        if self.client is not None and not self.run._closed:
             self.client.send(snapshot)
 
     def _poll_controller(self) -> None:
@@ -223,7 +229,8 @@ class ExecutionShim:
         applied = self.controlling
         if target.replicas is not None:
             want = min(max(target.replicas, pool.min_size()), pool.max_size())
-            clamp = "" if want == target.replicas else f" (clamped from {target.replicas} to {pool.min_size()}..{pool.max_size()})"
+            clamp = ("" if want == target.replicas
+                     else f" (clamped from {target.replicas} to {pool.min_size()}..{pool.max_size()})")
             if applied:
                 self.pool_targets[op] = want
                 self.reach[op] = (want, plan.created_at_s)
@@ -258,15 +265,15 @@ class ExecutionShim:
             pool = op.get_autoscaling_actor_pools()[0]
             rollout = self.rollouts.get(op)
             if rollout is not None:
-                if op.has_completed():
+                rollout.size = max(1, self.pool_targets.get(op, rollout.size))
+                for note in rollout.step(self.now_s()):
+                    self._action(self.now_s(), self.names.by_op[op], "rollout_step", note)
+                if op.has_completed() and not rollout.done:
                     rollout.abandon()
                     del self.rollouts[op]
                     self._action(self.now_s(), self.names.by_op[op], "rollout_abandoned",
                                  f"the operator finished first ({len(rollout.old)} old actor(s) left)")
                     continue
-                rollout.size = max(1, self.pool_targets.get(op, rollout.size))
-                for note in rollout.step(self.now_s()):
-                    self._action(self.now_s(), self.names.by_op[op], "rollout_step", note)
                 if rollout.done:
                     del self.rollouts[op]
                     self._action(self.now_s(), self.names.by_op[op], "rollout_finished",

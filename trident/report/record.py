@@ -66,11 +66,16 @@ class ExecutionRecord:
         return None if self.ended_at_s is None else self.ended_at_s - self.started_at_s
 
     @property
-    def output_rows(self) -> int:
-        """Rows out of the last operator in the final snapshot."""
+    def output_rows(self) -> int | None:
+        """Rows the pipeline delivered: out of the last operator in the final snapshot, or into
+        it when it is a write sink (Ray Data's ``Write`` emits one statistics row per task).
+        ``None`` (not measured) when the sink is fused into the operator before it."""
         if not self.snapshots or not self.snapshots[-1].operators:
             return 0
-        return self.snapshots[-1].operators[-1].rows_out_total
+        last = self.snapshots[-1].operators[-1]
+        if last.name == "Write":
+            return last.rows_in_total
+        return None if last.name.endswith("->Write") else last.rows_out_total
 
 
 @dataclass
@@ -142,13 +147,14 @@ RECONFIGURING_ACTIONS = ("pool_target", "task_cap", "rollout_started")
 def summarize(record: RunRecord) -> dict[str, Any]:
     """The figures a benchmark row needs (units in the keys; missing means not measured).
 
-    ``wall_s`` spans the first execution's start to the last one's end; ``rows`` counts rows
-    out of each execution's last operator; ``reconfigurations`` counts applied pool targets,
+    ``wall_s`` spans the first execution's start to the last one's end; ``rows`` counts the
+    rows each execution delivered (``None`` when a fused write sink hides them); ``reconfigurations`` counts applied pool targets,
     task caps and rollouts; ``failed_tasks`` is per operator.
     """
     ended = [e for e in record.executions if e.ended_at_s is not None]
     wall_s = (max(e.ended_at_s for e in ended) - min(e.started_at_s for e in ended)) if ended else None
-    rows = sum(e.output_rows for e in record.executions)
+    counts = [e.output_rows for e in record.executions]
+    rows = None if None in counts else sum(counts)
     failed: dict[str, int] = {}
     peak_rss: dict[str, int] = {}
     for e in record.executions:
@@ -178,6 +184,6 @@ def summarize(record: RunRecord) -> dict[str, Any]:
     }
     if wall_s is not None:
         out["wall_s"] = wall_s
-        if wall_s > 0:
+        if wall_s > 0 and rows is not None:
             out["throughput_rows_per_s"] = rows / wall_s
     return out

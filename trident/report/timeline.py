@@ -75,7 +75,8 @@ def format_execution(e: ExecutionRecord, *, max_timeline_rows: int = 30, name_wi
 def format_report(record: RunRecord) -> str:
     """The whole run as plain text (fits an 80-120 column terminal)."""
     s = summarize(record)
-    head = f"trident run: policy {record.policy}, {s['executions']} execution(s), {s['rows']} rows"
+    head = f"trident run: policy {record.policy}, {s['executions']} execution(s), "
+    head += "rows not measured (fused write sink)" if s["rows"] is None else f"{s['rows']} rows"
     if "wall_s" in s:
         head += f", wall {s['wall_s']:.2f} s"
     if "throughput_rows_per_s" in s:

@@ -9,17 +9,20 @@
   * a victim still setting up is never evicted (that preemption is *futile*: all
     its GPU time so far is lost); the question is asked again when its setup ends;
   * the victim's remaining run time is predicted from its attained service with
-    :class:`~trident.sched.predict.RuntimePrior` (never the true duration);
-  * evicting costs the victim a checkpoint/restore and a second setup
-    (``victim_setup + checkpoint_restore_s``, on the victim's GPUs), and gains the
-    blocked job the wait until the victim would free its GPUs (on the blocked
-    job's GPUs);
-  * the predicted interval to the next arrival weighs the waste: when jobs arrive
-    faster than a swap's overhead, GPU time lost to the swap delays them too;
-  * if the victim is predicted to finish before the swap's overhead has even
-    elapsed, waiting is strictly better: do not preempt. Otherwise, when the gain
-    does not exceed the weighted cost, delay and ask again once the prediction
-    (which grows with the victim's age) may have changed.
+    :class:`~trident.sched.predict.RuntimePrior` (the conditional median; never
+    the true duration); if it is predicted to end before a swap's own overhead
+    (its setup again plus checkpoint/restore) has elapsed, waiting is better: do
+    not preempt;
+  * a victim is evicted only once the time it has held its GPUs amortises all its
+    swaps (``max_waste_fraction``, 5% by default), so no job thrashes and the GPU
+    time lost to swaps stays a small share; until then, delay;
+  * the gain is the time the blocked job would otherwise wait (until running jobs,
+    as predicted, free enough GPUs of its models; at most until the victim ends);
+    the cost is the victim's overhead, weighted by GPUs (victim / blocked) and by
+    arrival pressure ``1 + (newcomer setup + checkpoint/restore) / predicted next
+    arrival interval``: when jobs arrive faster than a swap's overhead, the GPU
+    time it wastes delays them too. Evict when the gain exceeds the cost, else
+    delay and ask again (the prediction grows with the victim's age).
 
 Every decision carries a reason with its numbers.
 """
@@ -70,22 +73,29 @@ class LazyPreemptor:
     ``remaining_quantile``: which quantile of the victim's remaining time is used
     (the median by default: the mean of a heavy tail is dominated by rare long jobs).
     ``payoff_margin``: how many times the weighted cost the gain must exceed.
+    ``max_waste_fraction``: a victim's swaps (each its setup plus checkpoint/restore)
+    may waste at most this share of the time it has held its GPUs.
     """
 
     checkpoint_restore_s: float = 30.0
     default_setup_s: float = 300.0
-    min_recheck_s: float = 120.0
+    min_recheck_s: float = 300.0
     max_recheck_s: float = 3600.0
     prior: RuntimePrior = field(default_factory=RuntimePrior.philly)
     remaining_quantile: float = 0.5
     payoff_margin: float = 1.0
+    max_waste_fraction: float = 0.05
     name: str = "lazy"
     oracle: bool = False
+    _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    """Predicted GPU releases per GPU model for the state last asked about (a pure memo)."""
 
     def __post_init__(self) -> None:
         for param in ("checkpoint_restore_s", "default_setup_s"):
             if getattr(self, param) < 0:
                 raise ConfigError(param, getattr(self, param), "a number of seconds >= 0")
+        if not 0 < self.max_waste_fraction <= 1:
+            raise ConfigError("max_waste_fraction", self.max_waste_fraction, "a number in (0, 1]")
         if not self.payoff_margin > 0:
             raise ConfigError("payoff_margin", self.payoff_margin, "a number > 0")
         if not 0 < self.remaining_quantile < 1:
@@ -107,6 +117,16 @@ class LazyPreemptor:
         work_ref_s = max(0.0, victim.attained_s(now) - setups_s) * speed
         return victim.setup_left_s(now) + self.prior.quantile_remaining_s(work_ref_s, self.remaining_quantile) / speed
 
+    def _releases(self, state: SchedState, model: str) -> list[tuple[float, float]]:
+        """(predicted seconds until release, GPUs) of the running jobs on ``model``, soonest first."""
+        if self._memo.get("state") is not state:
+            self._memo.clear()
+            self._memo["state"] = state
+        if model not in self._memo:
+            self._memo[model] = sorted((self.predicted_remaining_s(v, state.now), v.job.num_gpus)
+                                       for v in state.running.values() if v.gpu_model == model)
+        return self._memo[model]
+
     def natural_wait_s(self, blocked: JobView, state: SchedState) -> float:
         """Predicted seconds until ``blocked`` could start without any preemption: when the
         free GPUs of its models plus those predicted to be released by running jobs first
@@ -119,9 +139,7 @@ class LazyPreemptor:
                 continue
             if free >= need:
                 return 0.0
-            ends = sorted((self.predicted_remaining_s(v, now), v.job.num_gpus) for v in state.running.values()
-                          if v.gpu_model == model)
-            for t, g in ends:
+            for t, g in self._releases(state, model):
                 free += g
                 if free >= need - 1e-9:
                     best = min(best, t)
@@ -150,6 +168,15 @@ class LazyPreemptor:
                    f"in ~{interval_s:.0f} s (weight {pressure:.2f}): weighted cost {cost_s:.0f} s")
         if free_in_s <= overhead_s:
             return PreemptDecision(Verdict.DO_NOT, f"lazy: cannot pay off, the victim ends first: {numbers}")
+        held_s = victim.attained_s(now)
+        needed_s = (victim.preemptions + 1) * overhead_s / self.max_waste_fraction
+        if held_s < needed_s:
+            wait_s = min(max(needed_s - held_s, self.min_recheck_s), self.max_recheck_s)
+            return PreemptDecision(
+                Verdict.DELAY_UNTIL,
+                f"lazy: {victim.job_id} has held its GPUs {held_s:.0f} s; its {victim.preemptions + 1} "
+                f"swap(s) of {overhead_s:.0f} s would exceed {100 * self.max_waste_fraction:g}% of that "
+                f"(allowed after {needed_s:.0f} s)", until_s=now + wait_s)
         if gain_s <= cost_s:
             delay_s = min(max(gain_s / 2.0, self.min_recheck_s), self.max_recheck_s)
             return PreemptDecision(Verdict.DELAY_UNTIL, f"lazy: does not pay off yet: {numbers}",

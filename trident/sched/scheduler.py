@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections import deque
 import time
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -71,6 +72,10 @@ class JobScheduler:
         if placement is None:
             placement = getattr(self.policy, "placer", "first-fit")
         self.placer: Placer = PLACERS.create(placement) if isinstance(placement, str) else placement
+        for kind, plugin in (("policy", self.policy), ("preemption", self.preemptor)):
+            if getattr(plugin, "oracle", False):
+                raise ConfigError(kind, getattr(plugin, "name", plugin),
+                                  "a non-oracle plug-in (a real cluster does not know true run times)")
         if not poll_s > 0:
             raise ConfigError("poll_s", poll_s, "a number of seconds > 0")
         self.poll_s = poll_s
@@ -80,8 +85,8 @@ class JobScheduler:
         self._lock = threading.Lock()  # submit() may be called from another thread while run() loops
         self._ids = itertools.count()
         self._t0 = time.monotonic()
-        self.decisions: list[tuple[float, str, str, str, str]] = []
-        """(time, blocked job, victim, verdict, reason) of every preemption question."""
+        self.decisions: deque[tuple[float, str, str, str, str]] = deque(maxlen=10_000)
+        """(time, blocked job, victim, verdict, reason) of the latest preemption questions."""
         self.starts: list[str] = []
         """Job ids in the order their attempts started."""
 
@@ -170,7 +175,8 @@ class JobScheduler:
 
     def _state(self, now: float) -> SchedState:
         records = self._all()
-        queued = sorted((r for r in records if not r.done and r.ref is None), key=lambda r: (r.enqueued_at, r.job.job_id))
+        queued = sorted((r for r in records if not r.done and r.ref is None),
+                        key=lambda r: (r.enqueued_at, r.job.job_id))
         running = {r.job.job_id: self._view(r, now) for r in records if r.ref is not None}
         return SchedState(now=now, queued=[self._view(r, now) for r in queued], running=MappingProxyType(running),
                           total_gpus_by_model=self._cluster.total_gpus_by_model(),

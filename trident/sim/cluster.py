@@ -117,20 +117,19 @@ class Cluster:
 
     def may_fit(self, job: Job) -> bool:
         need = job.gpu_milli
-        for m in self.candidate_models(job):
-            g = self._groups[m]
+        k = need // MILLI_PER_GPU
+        groups = self._groups
+        for m in (self.candidate_models(job) if job.gpu_models else self.gpu_models):
+            g = groups[m]
             if g.dirty:
                 g.refresh()
-            if need <= g.total_milli and (job.cpus > g.max_cpus + 1e-9 or job.memory_mib > g.max_mem + 1e-9) \
-                    and need // MILLI_PER_GPU <= g.max_devices:
+            if k <= g.max_devices and (job.cpus > g.max_cpus + 1e-9 or job.memory_mib > g.max_mem + 1e-9):
                 continue  # a single-node placement needs the CPUs and memory on one node
-            if need < MILLI_PER_GPU:
+            if k == 0:
                 if g.max_dev >= need:
                     return True
-            else:
-                k = need // MILLI_PER_GPU
-                if (g.max_full if k <= g.max_devices else g.full_sum) >= k:
-                    return True
+            elif (g.max_full if k <= g.max_devices else g.full_sum) >= k:
+                return True
         return False
 
     def could_ever_fit(self, job: Job) -> bool:

@@ -6,7 +6,8 @@ applied before one scheduling pass. A pass hands the policy a :class:`SchedState
 (the ``queue_window`` jobs queued longest, every running job) and walks its order:
 a job that fits is placed by the placer; one that does not is skipped (the scan
 stops after ``max_scan_failures`` misses in a row). Under a preemptive policy a
-blocked job may evict lower-ranked running jobs, if the preemptor agrees.
+blocked job may evict lower-ranked running jobs, if the preemptor agrees; a refusal
+(``DO_NOT``) is not asked again until a job arrives, starts or stops.
 
 Each (re)start of a job first spends its setup time holding its GPUs without
 progress; a restart after a preemption adds ``restore_s``. A preemption during
@@ -122,7 +123,7 @@ class SimResult:
 class _Run:
     __slots__ = ("job", "setup_s", "remaining", "state", "enqueued_at", "wait", "attained", "start_at",
                  "setup_end", "alloc", "speed", "preemptions", "futile", "setup_gpu_s", "first_start",
-                 "finish", "version", "view")
+                 "finish", "version", "view", "shape")
 
     def __init__(self, job: Job, setup_s: float) -> None:
         self.job = job
@@ -143,6 +144,7 @@ class _Run:
         self.finish = math.nan
         self.version = 0
         self.view: JobView | None = None
+        self.shape = (job.gpu_models, job.gpu_milli, job.cpus, job.memory_mib)
 
 
 class Simulator:
@@ -214,6 +216,9 @@ class Simulator:
         preemptive = bool(getattr(self.policy, "preemptive", False)) and self.preemptor is not None
         done = 0
         passes = 0
+        epoch = 0  # bumped whenever the running set changes or a job arrives
+        refused: dict[str, int] = {}  # blocked job -> epoch at which every victim was refused
+        progress_every = max(1, min(1000, total // 100))
 
         def push(t: float, kind: int, idx: int, version: int) -> None:
             nonlocal seq
@@ -221,6 +226,8 @@ class Simulator:
             heapq.heappush(heap, (t, seq, kind, idx, version))
 
         def start(r: _Run, alloc: Allocation, now: float) -> None:
+            nonlocal epoch
+            epoch += 1
             cluster.allocate(r.job, alloc)
             r.state = _RUNNING
             r.alloc = alloc
@@ -238,6 +245,8 @@ class Simulator:
             r.view = running[r.job.job_id] = self._running_view(r)
 
         def stop(r: _Run, now: float) -> None:
+            nonlocal epoch
+            epoch += 1
             g = r.job.num_gpus
             r.setup_gpu_s += (min(now, r.setup_end) - r.start_at) * g
             r.attained += now - r.start_at
@@ -277,16 +286,15 @@ class Simulator:
                     return False
             else:
                 return False
-            # Drop victims the blocked job does not need (highest-ranked first).
+            # Spare victims the blocked job does not need (highest-ranked first).
             for v in sorted(victims, key=lambda v: rank.get(v.job.job_id, len(rank))):
                 if len(victims) == 1:
                     break
-                trial = cluster.copy()
-                for w in victims:
-                    if w is not v:
-                        trial.release(w.job, w.alloc)
-                if trial.may_fit(r.job) and self.placer.place(r.job, trial) is not None:
+                what_if.allocate(v.job, v.alloc)
+                if what_if.may_fit(r.job) and self.placer.place(r.job, what_if) is not None:
                     victims.remove(v)
+                else:
+                    what_if.release(v.job, v.alloc)
             blocked_view = r.view
             answers = [self.preemptor.decide(blocked=blocked_view, victim=v.view, state=state,
                                              predictor=self.predictor) for v in victims]
@@ -303,7 +311,9 @@ class Simulator:
                     return True
                 return False
             delays = [a.until_s for a in answers if a.verdict is Verdict.DELAY_UNTIL]
-            if delays and all(a.verdict is not Verdict.DO_NOT for a in answers):
+            if any(a.verdict is Verdict.DO_NOT for a in answers):
+                refused[r.job.job_id] = epoch
+            elif delays:
                 t = max(min(delays), now + 1e-3)
                 if t not in wake_times:
                     wake_times.add(t)
@@ -330,9 +340,9 @@ class Simulator:
                 r = by_id[jid]
                 if r.state != _QUEUED:
                     continue
-                j = r.job
-                shape = (j.gpu_models, j.gpu_milli, j.cpus, j.memory_mib)
+                shape = r.shape
                 if shape not in misfits:
+                    j = r.job
                     alloc = self.placer.place(j, cluster) if cluster.may_fit(j) else None
                     if alloc is not None:
                         start(r, alloc, now)
@@ -340,7 +350,7 @@ class Simulator:
                         continue
                     misfits.add(shape)
                     failures += 1
-                if preemptive and checks < cfg.max_preempt_checks:
+                if preemptive and checks < cfg.max_preempt_checks and refused.get(jid) != epoch:
                     checks += 1
                     if try_preempt(r, rank, state, now):
                         misfits.clear()
@@ -364,6 +374,7 @@ class Simulator:
                 r.view = self._queued_view(r)
                 self.predictor.observe(r.job.arrival_s)
                 nxt += 1
+                epoch += 1
                 worth_a_pass = worth_a_pass or cluster.may_fit(r.job)
             while heap and heap[0][0] <= now:
                 _, _, kind, key, version = heapq.heappop(heap)
@@ -377,7 +388,7 @@ class Simulator:
                     r.finish = now
                     r.view = None
                     done += 1
-                    if progress is not None and done % 1000 == 0:
+                    if progress is not None and done % progress_every == 0:
                         progress(done, total)
                 elif kind == _WAKE:
                     wake_times.discard(now)

@@ -13,7 +13,8 @@ exceeds the memory limit, the OOM killer restarts the largest ones.
 Every ``interval_s`` the simulator builds a :class:`~trident.types.Snapshot` as the
 Ray shim would and calls :meth:`ControlLoop.step`; plan targets are applied as the shim
 applies them (replica counts at once, configuration changes as rolling updates: new
-replicas first, old ones drained when the new ones are warm). Deterministic for a seed.
+replicas first, old ones drained when the new ones are warm; on a full cluster a quarter
+at a time). Deterministic for a seed.
 """
 from __future__ import annotations
 
@@ -349,15 +350,26 @@ class PipelineSim:
         st.groups = [g for g in st.groups if g.count > 0]
 
     def _finish_rollouts(self) -> None:
-        """Drain old replicas once the new ones are all warm, or at once when the new ones wait
-        for the resources the old ones hold."""
+        """Drain old replicas once the new ones are all warm. When new ones wait for resources the
+        old ones hold, drain a quarter of the old ones at a time, the next quarter once the
+        replicas started in their place are warm (a rolling update on a full cluster)."""
         for st in self.ops:
             new = [g for g in st.groups if not g.retiring]
-            if not any(g.retiring for g in st.groups):
+            old = [g for g in st.groups if g.retiring]
+            if not old:
                 continue
-            waiting = any(g.ready_at_s is None for g in new)
-            if waiting or all(g.ready_at_s <= self.time_s for g in new):
+            if all(g.ready_at_s is not None and g.ready_at_s <= self.time_s for g in new):
                 st.groups = new
+                continue
+            waiting = sum(g.count for g in new if g.ready_at_s is None)
+            warming = any(g.ready_at_s is not None and g.ready_at_s > self.time_s for g in new)
+            if waiting and not warming:
+                k = min(waiting, max(1, math.ceil(sum(g.count for g in new) / 4)))
+                for g in old:
+                    take = min(k, g.count)
+                    g.count -= take
+                    k -= take
+                st.groups = [g for g in st.groups if g.count > 0]
 
     # --- the fluid step --------------------------------------------------------------
 

@@ -1,0 +1,87 @@
+"""Memory-constrained BO on synthetic operators with an out-of-memory cliff."""
+import numpy as np
+import pytest
+
+from trident.errors import ConfigError
+from trident.optimize import KnobSpace, Knobs, Observation, SafeBayesOpt
+from trident.optimize.synthetic import OomCliffObjective
+
+SPACE = KnobSpace(batch_sizes=(8, 16, 32, 64, 128, 256, 512), concurrencies=tuple(range(1, 13)), device_types=("cpu", "gpu"))
+INITIAL = Knobs(16, 2, "cpu")
+
+
+def _bo(obj, seed=0):
+    return SafeBayesOpt(space=SPACE, memory_limit_bytes=obj.memory_limit_bytes, initial=INITIAL, seed=seed,
+                        fixed_memory_bytes=obj.fixed_memory_bytes)
+
+
+def _objective(seed):
+    obj = OomCliffObjective.random(np.random.default_rng(seed), SPACE)
+    assert obj.is_safe(INITIAL)
+    return obj
+
+
+def test_reaches_the_optimum_without_ever_crossing_the_memory_limit():
+    seed = 4
+    obj, rng = _objective(seed), np.random.default_rng(100 + seed)
+    bo, observations, unsafe = _bo(obj, seed), [], 0
+    for _ in range(15):
+        s = bo.suggest(observations)
+        if s.converged:
+            break
+        unsafe += not obj.is_safe(s.knobs)
+        assert s.reason
+        observations.append(obj.evaluate(s.knobs, rng))
+    assert unsafe == 0
+    _, best_true = obj.optimum(SPACE)
+    found = max(obj.throughput_rows_per_s(o.knobs) for o in observations if obj.is_safe(o.knobs))
+    assert found >= 0.95 * best_true, (found, best_true)
+    # every configuration certified safe really is
+    cands = [k for k in SPACE.grid() if k not in {o.knobs for o in observations}]
+    upper = bo.memory_upper_bytes(cands, observations)
+    certified = [k for k, u in zip(cands, upper) if u <= obj.memory_limit_bytes]
+    assert certified and all(obj.is_safe(k) for k in certified)
+
+
+def test_starts_from_the_known_safe_configuration_and_is_deterministic():
+    obj = _objective(1)
+    bo = _bo(obj)
+    assert bo.suggest([]).knobs == INITIAL
+    rng = np.random.default_rng(0)
+    obs = [obj.evaluate(k, rng) for k in (INITIAL, Knobs(32, 2, "cpu"))]
+    a, b = bo.suggest(obs), _bo(obj).suggest(obs)
+    assert a == b and not a.converged
+    assert a.knobs not in {o.knobs for o in obs}
+    if a.knobs.device_type == "gpu":  # an unseen device is only tried at its minimal configuration
+        assert a.knobs == SPACE.minimal("gpu")
+    else:
+        assert a.memory_ucb_bytes is not None and a.memory_ucb_bytes <= obj.memory_limit_bytes
+
+
+def test_no_safe_candidate_keeps_the_best_observation():
+    space = KnobSpace(batch_sizes=(8, 16), concurrencies=(1, 2), device_types=("cpu",))
+    bo = SafeBayesOpt(space=space, memory_limit_bytes=10e9, initial=Knobs(8, 1, "cpu"))
+    obs = [Observation(Knobs(8, 1, "cpu"), 100.0, 6e9)]
+    s = bo.suggest(obs)
+    assert s.converged and s.knobs == Knobs(8, 1, "cpu") and "safe" in s.reason
+
+
+def test_memory_bound_grows_with_batch_and_concurrency():
+    bo = SafeBayesOpt(space=SPACE, memory_limit_bytes=64e9, initial=INITIAL, fixed_memory_bytes=1e9)
+    obs = [Observation(Knobs(16, 2, "cpu"), 50.0, 2e9)]
+    u = bo.memory_upper_bytes([Knobs(16, 1, "cpu"), Knobs(16, 4, "cpu"), Knobs(32, 1, "cpu"), Knobs(128, 1, "cpu"), Knobs(8, 1, "gpu")], obs)
+    assert u[0] == pytest.approx(1e9 + 2e9 * 1.03)
+    assert u[1] == pytest.approx(1e9 + 4 * 2e9 * 1.03)
+    assert u[2] == pytest.approx(1e9 + 2 * 2e9 * 1.03)  # at most proportional to the batch
+    assert np.isinf(u[3]) and np.isinf(u[4])  # beyond the trust region / unseen device
+
+
+def test_space_and_optimiser_validate_their_inputs():
+    with pytest.raises(ConfigError, match="batch_sizes"):
+        KnobSpace(batch_sizes=(16, 8), concurrencies=(1,), device_types=("cpu",))
+    with pytest.raises(ConfigError, match="initial"):
+        SafeBayesOpt(space=SPACE, memory_limit_bytes=1e9, initial=Knobs(3, 1, "cpu"))
+    with pytest.raises(ConfigError, match="memory_per_replica_bytes"):
+        Observation(INITIAL, 1.0, 0.0)
+    x = SPACE.encode([Knobs(8, 1, "cpu"), Knobs(512, 12, "gpu")])
+    assert x.tolist() == [[0, 0, 1, 0], [1, 1, 0, 1]]
