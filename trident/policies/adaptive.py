@@ -306,6 +306,10 @@ class TridentPolicy:
                 return float(tr.model.predict_throughput([cfg]).mean[0]), "model"
             except ConfigError:
                 return None, "none"
+        if key == _key(op.config) and op.busy_s and op.rows_out_total > 0:
+            # Before enough rate windows: rows per busy replica-second since the start, so a
+            # slow bottleneck (or a pool waiting to fill a batch) does not hold every plan back.
+            return op.rows_out_total / op.busy_s, "busy time so far"
         return None, "none"
 
     def _heap(self, tr: _Track, key: ConfigKey) -> float:
