@@ -6,7 +6,9 @@
 * Changepoints: recall within 10 samples of the true break, detection delay, and false
   alarms per 1,000 samples on seeded piecewise-constant and stationary signals.
 * BO: over seeded OOM-cliff objectives, the gap to the true optimum after at most 15
-  evaluations and the number of evaluated configurations over the true memory limit.
+  evaluations and the number of evaluated configurations over the true memory limit; per
+  seed also the best throughput certifiable at all under the optimiser's memory margin
+  (true memory known exactly), which bounds what a zero-violation search can reach.
 
 Everything is simulated (mode "simulated"): no Ray, no real operator. Run
 ``python benchmarks/adaptive_core_learning.py`` (``--help`` for sizes); it prints a
@@ -144,6 +146,12 @@ def _bo_run(seed: int) -> dict:
         trajectory.append(max(obj.throughput_rows_per_s(o.knobs) for o in observations if obj.is_safe(o.knobs)) / opt)
         reasons.append(s.reason)
     within = next((i + 1 for i, r in enumerate(trajectory) if r >= 0.95), None)
+    # The best any safe optimiser could certify knowing memory exactly up to the margin it keeps
+    # for measurement noise: where it is under 95%, the 5% goal is out of reach at zero violations.
+    certifiable = max(
+        obj.throughput_rows_per_s(k) for k in BO_SPACE.grid()
+        if obj.fixed_memory_bytes + k.concurrency * obj.memory_per_replica_bytes(k) * (1 + bo.memory_margin) <= obj.memory_limit_bytes
+    )
     return {
         "seed": seed,
         "evaluations": len(observations),
@@ -151,6 +159,7 @@ def _bo_run(seed: int) -> dict:
         "gap_pct": 100 * (1 - trajectory[-1]),
         "evaluations_to_5pct": within,
         "optimum": [opt_knobs.batch_size, opt_knobs.concurrency, opt_knobs.device_type],
+        "certifiable_over_optimum": certifiable / opt,
         "best_over_optimum": trajectory,
         "suggest_s": (time.perf_counter() - t0) / max(len(observations), 1),
         "reasons": reasons,
@@ -171,6 +180,7 @@ def evaluate_bo(seeds, *, workers: int = 1) -> dict:
         "seeds": [r["seed"] for r in runs],
         "runs": runs,
         "within_5pct": sum(r["evaluations_to_5pct"] is not None for r in runs),
+        "certifiable_within_5pct": sum(r["certifiable_over_optimum"] >= 0.95 for r in runs),
         "max_gap_pct": max(r["gap_pct"] for r in runs),
         "violations": sum(r["violations"] for r in runs),
         "median_evaluations_to_5pct": float(np.median([r["evaluations_to_5pct"] or np.inf for r in runs])),
@@ -230,8 +240,9 @@ def main() -> None:
     bo = evaluate_bo(range(args.bo_seeds), workers=args.workers)
     for r in bo["runs"]:
         print(f"bo seed {r['seed']}: gap {r['gap_pct']:.2f}% after {r['evaluations']} evaluations, within 5% at {r['evaluations_to_5pct']}, "
-              f"violations {r['violations']}, optimum {r['optimum']}")
-    print(f"bo: {bo['within_5pct']}/{len(bo['runs'])} seeds within 5% in <= {BO_BUDGET} evaluations, max gap {bo['max_gap_pct']:.2f}%, "
+              f"violations {r['violations']}, optimum {r['optimum']}, certifiable {r['certifiable_over_optimum']:.3f} of it")
+    print(f"bo: {bo['within_5pct']}/{len(bo['runs'])} seeds within 5% in <= {BO_BUDGET} evaluations "
+          f"({bo['certifiable_within_5pct']} have a configuration within 5% certifiable under the memory margin), max gap {bo['max_gap_pct']:.2f}%, "
           f"violations {bo['violations']}, median evaluations to 5% {bo['median_evaluations_to_5pct']}")
     result = {
         "benchmark": "adaptive_core_learning",
@@ -255,6 +266,7 @@ def main() -> None:
              "false_alarms": fa, "samples": samples, "false_alarms_per_1000": 1000 * fa / samples,
              "update_ms": 1000 * float(np.mean([c["update_s"] for c in cp]))},
             {"component": "bo", "seeds": len(bo["runs"]), "budget_evaluations": BO_BUDGET, "within_5pct": bo["within_5pct"],
+             "certifiable_within_5pct": bo["certifiable_within_5pct"],
              "max_gap_pct": bo["max_gap_pct"], "violations": bo["violations"],
              "median_evaluations_to_5pct": bo["median_evaluations_to_5pct"],
              "suggest_s": float(np.median([r["suggest_s"] for r in bo["runs"]]))},

@@ -81,6 +81,8 @@ class OperatorSnapshot:
     busy_s: float | None = None
     """Cumulative replica-seconds spent executing tasks (for true per-replica rates, DS2)."""
     completed: bool = False
+    rows_in_done_total: int | None = None
+    """Input rows of finished tasks (``None``: not measured; then ``rows_in_total`` stands in)."""
 
     @property
     def input_bytes_per_row(self) -> float | None:

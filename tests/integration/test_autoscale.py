@@ -56,7 +56,7 @@ def assert_each_id_once(rows, n):
     assert ids == list(range(n)), f"{len(ids)} rows out, {len(set(ids))} distinct, expected {n}"
 
 
-@pytest.mark.parametrize("policy", ["ray", "static", "ds2"])
+@pytest.mark.parametrize("policy", ["ray", "static", "ds2", "trident"])
 def test_every_row_exactly_once_under_each_policy(policy):
     ds = three_ops()
     t0 = time.perf_counter()
@@ -71,7 +71,9 @@ def test_every_row_exactly_once_under_each_policy(policy):
     assert execution.status == "succeeded"
     assert execution.mode == ("observe" if policy == "ray" else "control")
     assert len(execution.snapshots) >= 3 and execution.decisions
-    names = [op.name for op in execution.snapshots[-1].operators]
+    last = execution.snapshots[-1]
+    assert (last.cluster.cpus, last.cluster.gpus) == (8.0, 4.0), "the executor's limits, not zeros from before its start"
+    names = [op.name for op in last.operators]
     assert any("_Gpu" in n for n in names) and any("_Post" in n for n in names)
     if policy == "static":
         assert any(d.plan is not None for d in execution.decisions)
@@ -128,6 +130,29 @@ def test_pool_reaches_policy_target_within_bounded_time():
     sizes = [s.operator(target.operator).actors_running for s in execution.snapshots]
     assert max(sizes) == 3, sizes  # the real pool got there and never past the target
     assert len({r["pid"] for r in rows}) == 3  # three distinct actor processes did the work
+
+
+class _SlowerGpu:
+    def __call__(self, batch):
+        time.sleep(0.5)
+        return batch
+
+
+def test_trident_policy_scales_the_backlogged_pool_early():
+    """The default policy on a real pool that, at 1 replica, would take 30 s: it plans from the
+    first rows' busy time and grows the pool within seconds, every row intact."""
+    ds = (ray.data.range(300, override_num_blocks=60)
+          .map_batches(_SlowerGpu, compute=ActorPoolStrategy(min_size=1, max_size=4), num_gpus=0.5, batch_size=5))
+    with trident.autoscale(interval_s=0.5) as run:
+        rows = ds.take_all()
+    assert_each_id_once(rows, 300)
+    (execution,) = run.executions
+    plans = [d for d in execution.decisions if d.plan is not None]
+    assert plans and "scale MapBatches(_SlowerGpu) up 1 -> 4" in plans[0].reason, \
+        [d.reason for d in execution.decisions][:20]
+    assert plans[0].time_s < 15.0, plans[0].reason
+    sizes = [s.operator(plans[0].plan.targets[0].name).actors_running for s in execution.snapshots]
+    assert max(sizes) == 4, sizes
 
 
 class CapPolicy:

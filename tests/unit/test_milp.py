@@ -1,4 +1,5 @@
 """The placement MILP: optimal against exhaustive enumeration, and safe when it cannot solve."""
+import dataclasses
 import itertools
 import math
 
@@ -155,6 +156,107 @@ def test_bin_packing_optimal_per_node_against_brute_force():
         assert objective_of(problem, result.allocation) == pytest.approx(truth, rel=1e-5, abs=1e-6)
 
 
+def _choice_problem(rng: np.random.Generator) -> PlacementProblem:
+    """Operators on one device each, choosing among two or three accelerator types (and maybe a CPU
+    operator): the device choice the solver decomposes."""
+    gpu_types = ["A", "B", "C"][: int(rng.integers(2, 4))]
+    node_types = tuple(NodeType(name=f"n{t}", count=1, cpus=float(rng.integers(2, 6)), gpus=float(rng.integers(1, 4)),
+                                gpu_type=t, memory_bytes=int(rng.integers(4, 12))) for t in gpu_types)
+    ops = []
+    for i in range(int(rng.integers(2, 4))):
+        if i and rng.random() < 0.25:
+            opts = (DeviceOption(device=CPU, rate_rows_per_s=float(rng.uniform(1, 10)), cpus=1.0),)
+        else:
+            devs = rng.permutation(gpu_types)[: int(rng.integers(2, len(gpu_types) + 1))]
+            opts = tuple(DeviceOption(device=str(d), rate_rows_per_s=float(rng.uniform(2, 20)),
+                                      cpus=float(rng.choice([0.5, 1.0])), gpus=float(rng.choice([0.5, 1.0, 2.0])),
+                                      memory_bytes=int(rng.integers(1, 5))) for d in devs)
+        ops.append(OperatorSpec(name=f"op{i}", options=opts, selectivity=float(rng.uniform(0.5, 2.0)),
+                                min_replicas=int(rng.integers(0, 2)), cold_start_s=float(rng.uniform(0, 40)),
+                                single_device=True))
+    memory_limit = None if rng.random() < 0.7 else int(rng.integers(4, 16))
+    problem = PlacementProblem(operators=tuple(ops), node_types=node_types, gap_rel=1e-7, hysteresis=0.0,
+                               horizon_s=60.0, memory_limit_bytes=memory_limit,
+                               max_throughput_rows_per_s=None if rng.random() < 0.8 else float(rng.uniform(5, 30)))
+    if rng.random() < 0.5:
+        cur = {k: int(rng.integers(0, 3)) for k in problem.keys() if rng.random() < 0.5}
+        problem = PlacementProblem(**{**problem.__dict__, "current": Allocation.of(cur)})
+    return problem
+
+
+def test_device_choice_decomposition_optimal_against_brute_force():
+    from trident.plan.milp import _DeviceChoices
+
+    rng = np.random.default_rng(23)
+    checked = decomposed = 0
+    while checked < 120:
+        problem = _choice_problem(rng)
+        if any(u > 4 for u in _key_capacity(problem)) or len(problem.keys()) > 6:
+            continue
+        truth = _oracle(problem)
+        result = solve_placement(problem)
+        checked += 1
+        decomposed += _DeviceChoices.of(problem, problem.keys(), {n.name: (n.cpus, n.gpus, n.memory_bytes)
+                                                                  for n in problem.node_types}) is not None
+        if truth == -math.inf:
+            assert not result.changed
+            continue
+        assert not violations(problem, result.allocation), result
+        assert objective_of(problem, result.allocation) == pytest.approx(truth, rel=1e-5, abs=1e-6), (problem, result)
+    assert decomposed >= 100
+
+
+def test_device_choice_bounds_cover_every_plan_of_the_assignment():
+    """The bound of a device assignment is at least the objective of any valid plan that uses it."""
+    from trident.plan.milp import _DeviceChoices
+
+    rng = np.random.default_rng(5)
+    checked = 0
+    while checked < 20:
+        problem = _choice_problem(rng)
+        keys = problem.keys()
+        choices = _DeviceChoices.of(problem, keys, {n.name: (n.cpus * n.count, n.gpus * n.count,
+                                                             n.memory_bytes * n.count) for n in problem.node_types})
+        if choices is None or len(keys) > 5:
+            continue
+        checked += 1
+        for counts in itertools.product(range(4), repeat=len(keys)):
+            alloc = Allocation.of(dict(zip(keys, counts)))
+            if violations(problem, alloc):
+                continue
+            by_op = {o: alloc.by_device(o) for o in choices.ops}
+            if any(len(d) != 1 for d in by_op.values()):
+                continue
+            choice = np.array([ds.index(next(iter(by_op[o]))) for o, ds in zip(choices.ops, choices.devices)])
+            assert choices.bound(choice) >= objective_of(problem, alloc) - 1e-9, (problem, alloc)
+
+
+def test_device_choice_decomposition_agrees_with_the_full_model(monkeypatch):
+    """At a size where enumeration is out of reach: the same objective with and without it."""
+    from trident.plan import milp
+
+    rng = np.random.default_rng(3)
+    node_types = tuple(NodeType(name=t, count=2, cpus=32, gpus=8, gpu_type=t, memory_bytes=256) for t in "ABC")
+    ops = tuple(OperatorSpec(name=f"op{i}", selectivity=float(rng.uniform(0.5, 2)), min_replicas=1,
+                             cold_start_s=float(rng.uniform(5, 60)), single_device=True,
+                             options=tuple(DeviceOption(device=t, rate_rows_per_s=float(rng.uniform(10, 100)),
+                                                        cpus=float(rng.choice([1, 2, 4])),
+                                                        gpus=float(rng.choice([0.5, 1, 2])),
+                                                        memory_bytes=int(rng.integers(2, 16))) for t in "ABC"))
+                for i in range(5))
+    cold = PlacementProblem(operators=ops, node_types=node_types, gap_rel=1e-6)
+    fast = solve_placement(cold)
+    steady = PlacementProblem(operators=tuple(dataclasses.replace(o, options=tuple(
+        dataclasses.replace(d, rate_rows_per_s=d.rate_rows_per_s * float(rng.uniform(0.8, 1.2))) for d in o.options))
+        for o in ops), node_types=node_types, gap_rel=1e-6, current=fast.allocation)
+    fast_steady = solve_placement(steady)
+    monkeypatch.setattr(milp._DeviceChoices, "of", staticmethod(lambda *a: None))
+    for problem, got in ((cold, fast), (steady, fast_steady)):
+        full = solve_placement(problem)
+        assert got.status == full.status == "optimal"
+        assert objective_of(problem, got.allocation) == pytest.approx(objective_of(problem, full.allocation), rel=1e-5)
+
+
 def test_per_node_packing_respects_fragmentation():
     # two nodes with 3 GPUs each: 2-GPU replicas fit one per node although 6 GPUs are free in total
     node = NodeType(name="n", count=2, cpus=8, gpus=3, gpu_type="A")
@@ -164,6 +266,22 @@ def test_per_node_packing_respects_fragmentation():
     assert agg.allocation.replicas("big") == 3
     assert packed.allocation.replicas("big") == 2
     assert sorted(k for _, _, _, k, _ in packed.allocation.nodes) == [0, 1]
+
+
+def test_first_fit_packs_many_replicas_per_node():
+    """Runs of identical replicas fill a node before the next: valid, and packed as tightly."""
+    nodes = (NodeType(name="a", count=40, cpus=16, gpus=8, gpu_type="A", memory_bytes=64),)
+    ops = (OperatorSpec(name="small", options=(DeviceOption(device="A", rate_rows_per_s=1.0, cpus=1.0, gpus=0.5,
+                                                            memory_bytes=3),)),
+           OperatorSpec(name="big", options=(DeviceOption(device="A", rate_rows_per_s=3.0, cpus=3.0, gpus=2.0,
+                                                          memory_bytes=10),)))
+    res = solve_placement(PlacementProblem(operators=ops, node_types=nodes, bin_packing=True))
+    assert res.status == "optimal" and "first-fit" in res.reason
+    assert not violations(PlacementProblem(operators=ops, node_types=nodes, bin_packing=True), res.allocation)
+    per_node: dict[int, list] = {}
+    for o, _, _, k, c in res.allocation.nodes:
+        per_node.setdefault(k, []).append((o, c))
+    assert len(per_node) == 40 and res.allocation.replicas("small") + res.allocation.replicas("big") > 100
 
 
 def _two_op_problem(**kw) -> PlacementProblem:
@@ -212,6 +330,22 @@ def test_cold_start_cost_blocks_marginal_additions():
     cheap = solve_placement(PlacementProblem(operators=(op,), node_types=(node,), current=cur, horizon_s=600.0,
                                              hysteresis=0.0))
     assert cheap.changed and cheap.allocation.replicas("op") == 3
+
+
+def test_a_fixed_operator_with_a_huge_rate_does_not_block_moving_replicas():
+    # ocr (slow) and embed share 6 GPUs; a writer held at 1 replica has a rate that never binds.
+    # Moving 3 replicas from the idle embed pool to ocr must pay: the removal tie-breaker may not
+    # scale with the writer's rate.
+    ops = (OperatorSpec(name="ocr", options=(DeviceOption(device="A", rate_rows_per_s=0.1, gpus=1.0),),
+                        cold_start_s=10.0),
+           OperatorSpec(name="embed", options=(DeviceOption(device="A", rate_rows_per_s=4.0, gpus=1.0),),
+                        cold_start_s=10.0),
+           OperatorSpec(name="write", options=(DeviceOption(device=CPU, rate_rows_per_s=1e9, cpus=1.0),),
+                        min_replicas=1, max_replicas=1))
+    nodes = (NodeType(name="a", count=1, cpus=8, gpus=6, gpu_type="A"), NodeType(name="c", count=1, cpus=8))
+    cur = Allocation.of({("ocr", "A", "a"): 2, ("embed", "A", "a"): 4, ("write", CPU, "c"): 1})
+    res = solve_placement(PlacementProblem(operators=ops, node_types=nodes, current=cur, horizon_s=500.0))
+    assert res.changed and res.allocation.replicas("ocr") == 5 and res.allocation.replicas("embed") == 1
 
 
 def test_infeasible_keeps_current_plan_without_raising():

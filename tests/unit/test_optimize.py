@@ -58,6 +58,17 @@ def test_starts_from_the_known_safe_configuration_and_is_deterministic():
         assert a.memory_ucb_bytes is not None and a.memory_ucb_bytes <= obj.memory_limit_bytes
 
 
+def test_a_new_device_seen_at_its_smallest_configuration_is_climbed_safely():
+    # Per row of batch and per replica the GPU's first look (batch 8, 1 replica) beats the CPU
+    # at batch 16 x 2 although its raw throughput is lower: the next trial grows the GPU's batch.
+    bo = SafeBayesOpt(space=SPACE, memory_limit_bytes=20e9, initial=INITIAL, fixed_memory_bytes=1e9)
+    obs = [Observation(INITIAL, 100.0, 2e9), Observation(SPACE.minimal("gpu"), 60.0, 1.5e9)]
+    s = bo.suggest(obs)
+    assert s.knobs.device_type == "gpu" and s.knobs.batch_size == 16 and s.knobs.concurrency > 1, s
+    assert s.memory_ucb_bytes is not None and s.memory_ucb_bytes <= 20e9
+    assert s.memory_ucb_bytes == pytest.approx(1e9 + s.knobs.concurrency * 2 * 1.5e9 * 1.03)
+
+
 def test_no_safe_candidate_keeps_the_best_observation():
     space = KnobSpace(batch_sizes=(8, 16), concurrencies=(1, 2), device_types=("cpu",))
     bo = SafeBayesOpt(space=space, memory_limit_bytes=10e9, initial=Knobs(8, 1, "cpu"))
@@ -74,6 +85,8 @@ def test_memory_bound_grows_with_batch_and_concurrency():
     assert u[1] == pytest.approx(1e9 + 4 * 2e9 * 1.03)
     assert u[2] == pytest.approx(1e9 + 2 * 2e9 * 1.03)  # at most proportional to the batch
     assert np.isinf(u[3]) and np.isinf(u[4])  # beyond the trust region / unseen device
+    lo = bo.memory_lower_bytes([Knobs(8, 3, "cpu"), Knobs(16, 3, "cpu"), Knobs(128, 3, "cpu"), Knobs(8, 3, "gpu")], obs)
+    assert lo.tolist() == pytest.approx([1e9, 1e9 + 3 * 2e9 * 0.97, 1e9 + 3 * 2e9 * 0.97, 1e9])  # memory never shrinks with the batch
 
 
 def test_space_and_optimiser_validate_their_inputs():

@@ -84,3 +84,15 @@ def test_free_gpus_are_counted_per_accelerator_type():
     targets = (OperatorTarget(name="ocr", replicas=3), OperatorTarget(name="embed", replicas=5))
     r = plan_rollout(CURRENT, targets, _inputs(free_gpus=4.0, free_gpus_by_type={"A": 0.0, "B": 4.0}))
     assert [(s.operator, s.phase) for s in r.steps] == [("embed", PHASE_UP), ("ocr", PHASE_UP_AFTER_DRAIN)]
+
+
+def test_additions_that_would_exceed_the_memory_limit_wait_for_drains():
+    # GPUs are free for 3 more ocr replicas, but memory under the limit only for 1 of them
+    targets = (OperatorTarget(name="ocr", replicas=5), OperatorTarget(name="embed", replicas=1))
+    each = {"ocr": 800e6, "embed": 800e6}
+    tight = plan_rollout(CURRENT, targets, _inputs(free_gpus=8, free_gpus_by_type={"A": 3},
+                                                   free_memory_bytes=900e6, memory_per_replica_bytes=each))
+    assert [(s.operator, s.phase) for s in tight.steps] == [("embed", PHASE_DRAIN), ("ocr", PHASE_UP_AFTER_DRAIN)]
+    roomy = plan_rollout(CURRENT, targets, _inputs(free_gpus=8, free_gpus_by_type={"A": 3},
+                                                   free_memory_bytes=3e9, memory_per_replica_bytes=each))
+    assert [(s.operator, s.phase) for s in roomy.steps] == [("ocr", PHASE_UP), ("embed", PHASE_DRAIN)]

@@ -1,4 +1,6 @@
 """The ``trident`` policy on the fluid simulator and on hand-built snapshots."""
+import re
+
 import pytest
 
 from trident.control.loop import ControlLoop
@@ -75,9 +77,10 @@ def test_regime_shift_trident_beats_static_and_explains_why():
     trident = simulate(spec, policy="trident", seed=0)
     assert static.finished and trident.finished
     assert trident.wall_s < 0.75 * static.wall_s, (trident.wall_s, static.wall_s)
-    notes = " ".join(n for d in trident.decisions for n in d.notes)
-    assert "change: ocr rows/s per replica" in notes
-    late = [d for d in _plans(trident) if d.time_s > 60]
+    changed = [d.time_s for d in trident.decisions if any(n.startswith("change: ocr rows/s per replica")
+                                                          for n in d.notes)]
+    assert changed and changed[0] > 30  # not before the data changed (at about 40 s)
+    late = [d for d in _plans(trident) if d.time_s >= changed[0]]
     assert late and "scale ocr up" in late[0].reason
     assert trident.oom_kills == 0
 
@@ -138,3 +141,52 @@ def test_shim_like_snapshots_scale_the_bottleneck_without_flapping():
 def test_settings_validate():
     with pytest.raises(Exception, match="plan_interval_s"):
         TridentSettings(plan_interval_s=0)
+
+
+def _ray_like(t, *, ocr_replicas, ocr_out, embed_out, total=48):
+    """What the shim sees of read -> ocr (slow, backlogged) -> embed (waits to fill a batch of 8):
+    the reader handed every row on at once, rows in flight count as in but not yet out."""
+    read = OperatorSnapshot(name="read", index=0, config=OperatorConfig(kind="task", replicas=None, min_replicas=1),
+                            rows_out_total=total, rows_in_total=total, rows_in_done_total=total, completed=True)
+    ocr = OperatorSnapshot(
+        name="ocr", index=1, rows_out_total=ocr_out, rows_in_total=min(total, ocr_out + 2 * ocr_replicas),
+        rows_in_done_total=ocr_out, bytes_in_total=total * 300, input_queue_blocks=total - ocr_out,
+        tasks_running=2 * ocr_replicas, actors_running=ocr_replicas, busy_s=4.0 * ocr_out + 2.0,
+        heap_rss_per_replica_bytes=750 * 2**20 if ocr_out else None,
+        config=OperatorConfig(kind="actor", replicas=ocr_replicas, min_replicas=1, max_replicas=8, num_gpus=1,
+                              batch_size=1))
+    embed = OperatorSnapshot(
+        name="embed", index=2, rows_out_total=embed_out, rows_in_total=ocr_out, rows_in_done_total=embed_out,
+        input_queue_blocks=ocr_out - embed_out, tasks_running=0, actors_running=1, actors_idle=1,
+        config=OperatorConfig(kind="actor", replicas=1, min_replicas=1, max_replicas=8, num_gpus=1, batch_size=8))
+    return Snapshot(execution_id="e", seq=int(t), time_s=t, operators=(read, ocr, embed), input_rows_total=total,
+                    cluster=ClusterView(cpus=16, gpus=8, memory_limit_bytes=5 * GiB))
+
+
+def test_a_slow_pool_on_real_ray_is_scaled_early_within_the_memory_limit():
+    """One replica of a slow pool emits a row every 4 s while its downstream pool waits to fill a
+    batch: the first plan must come within half a minute and scale the slow pool as far as memory
+    allows, counting the unmeasured pool as large as the measured one."""
+    policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5 * GiB, seed=0),
+                           settings=TridentSettings(bo_trials=0))
+    first = None
+    for k in range(60):
+        t = float(k)
+        d = policy.step(_ray_like(t, ocr_replicas=1, ocr_out=k // 4, embed_out=8 * (k // 32)), t)
+        if d.plan is not None:
+            first = d
+            break
+    assert first is not None and first.time_s <= 30, "no plan for a slow pool with a backlog"
+    (target,) = [x for x in first.plan.targets if x.name == "ocr"]
+    # 750 MiB x 1.15 margin per replica, embed assumed the same: 5 GiB holds 5 of them in all
+    assert target.replicas == 4, first.reason
+    # nothing has left embed yet: every row is still to finish, although read handed all of them on
+    assert re.search(r"on 48 rows left", first.reason), first.reason
+
+
+def test_no_plan_before_the_executor_reports_its_cluster():
+    policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5 * GiB, seed=0))
+    snap = _ray_like(0.0, ocr_replicas=1, ocr_out=4, embed_out=0)
+    snap = Snapshot(execution_id="e", seq=0, time_s=0.0, operators=snap.operators, input_rows_total=48,
+                    cluster=ClusterView(cpus=0, gpus=0))
+    assert policy.step(snap, 0.0).reason == "observing: the cluster's size is not known yet"

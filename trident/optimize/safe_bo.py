@@ -19,13 +19,24 @@ batch size alone:
 
 ``U`` is the larger of the two bounds within the trust region and infinite outside it.
 A device not observed yet is only tried at its minimal configuration (smallest batch,
-fewest replicas), assumed safe. Among safe configurations not evaluated yet, it picks
-the one with the highest log expected improvement of a GP on log throughput. When none
-promises a relative gain of ``min_improvement`` but an uncertified configuration might
-(its optimistic throughput is above the best), it evaluates the safe configuration at
-the largest new batch size (expanding the safe set); otherwise it returns the best safe
-observation (``converged``). The first suggestion is the known-safe ``initial``
-configuration. Deterministic for a given ``seed``; torch is seeded inside a forked RNG.
+fewest replicas), assumed safe.
+
+Throughput is modelled as log throughput minus ``log(batch x replicas)``, the rate per
+row of batch per replica, by a GP whose kernel is a sum of one over (batch, concurrency)
+shared by all devices and one over all inputs: a device first seen at its smallest
+configuration is compared with the others per row and per replica (not undervalued for
+its small batch), and the batch trend learned on one device carries over to the others.
+
+Goal-oriented safe exploration: the candidate with the highest log expected improvement
+is evaluated when it is certified safe. When a configuration not certified safe promises
+more, is plausibly safe (its memory lower bound, from the observed memory at smaller
+batches and the memory GP's lower confidence bound, is under the limit) and has an
+expander on its device (a safe configuration at a batch not yet observed there, no
+larger than the goal's), the expander at the largest such batch is evaluated instead:
+learning memory there grows the safe set toward the goal. When nothing promises a
+relative gain of ``min_improvement`` it returns the best safe observation
+(``converged``). The first suggestion is the known-safe ``initial`` configuration.
+Deterministic for a given ``seed``; torch is seeded inside a forked RNG.
 """
 from __future__ import annotations
 
@@ -108,39 +119,56 @@ class SafeBayesOpt:
 
     def memory_upper_bytes(self, candidates: Sequence[Knobs], observations: Sequence[Observation]) -> np.ndarray:
         """Upper bound on the operator's memory (bytes) at each candidate; ``inf`` where nothing is known."""
-        per_replica = np.full(len(candidates), math.inf)
+        return self.memory_bounds_bytes(candidates, observations)[1]
+
+    def memory_lower_bytes(self, candidates: Sequence[Knobs], observations: Sequence[Observation]) -> np.ndarray:
+        """Optimistic lower bound on the operator's memory (bytes) at each candidate; ``fixed_memory_bytes`` where nothing is known."""
+        return self.memory_bounds_bytes(candidates, observations)[0]
+
+    def memory_bounds_bytes(
+        self, candidates: Sequence[Knobs], observations: Sequence[Observation]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Lower and upper bounds on the operator's memory (bytes) at each candidate."""
+        lower, upper = np.zeros(len(candidates)), np.full(len(candidates), math.inf)
         for d in self.space.device_types:
             idx = [i for i, k in enumerate(candidates) if k.device_type == d]
             obs = [o for o in observations if o.knobs.device_type == d]
             if idx and obs:
-                per_replica[idx] = self._per_replica_upper([candidates[i].batch_size for i in idx], obs)
+                lower[idx], upper[idx] = self._per_replica_bounds([candidates[i].batch_size for i in idx], obs)
         conc = np.array([k.concurrency for k in candidates], dtype=float)
-        return self.fixed_memory_bytes + conc * per_replica
+        return self.fixed_memory_bytes + conc * lower, self.fixed_memory_bytes + conc * upper
 
-    def _per_replica_upper(self, batches: Sequence[int], obs: Sequence[Observation]) -> np.ndarray:
-        """Memory per replica bound (bytes) at ``batches`` on one device from that device's observations."""
+    def _per_replica_bounds(self, batches: Sequence[int], obs: Sequence[Observation]) -> tuple[np.ndarray, np.ndarray]:
+        """Memory per replica bounds (bytes) at ``batches`` on one device from that device's observations.
+
+        Upper: see the module docstring. Lower: memory per replica does not shrink as the
+        batch grows, so it is at least the largest value observed at a batch no larger
+        (less ``memory_margin``), and at least the memory GP's lower confidence bound.
+        """
         anchors: dict[int, float] = {}
         for o in obs:
             b = o.knobs.batch_size
-            anchors[b] = max(anchors.get(b, 0.0), o.memory_per_replica_bytes * (1 + self.memory_margin))
+            anchors[b] = max(anchors.get(b, 0.0), o.memory_per_replica_bytes)
         b_max = max(anchors)
-        out = np.empty(len(batches))
+        upper, lower = np.empty(len(batches)), np.zeros(len(batches))
         for i, b in enumerate(batches):
-            lower = [a for a in anchors if a <= b]
-            upper = [a for a in anchors if a >= b]
-            bound = anchors[min(upper)] if upper else math.inf
-            if lower:
-                bound = min(bound, anchors[max(lower)] * b / max(lower))
-            out[i] = bound
+            below = [a for a in anchors if a <= b]
+            above = [a for a in anchors if a >= b]
+            bound = anchors[min(above)] if above else math.inf
+            if below:
+                bound = min(bound, anchors[max(below)] * b / max(below))
+                lower[i] = max(anchors[a] for a in below) * (1 - self.memory_margin)
+            upper[i] = bound * (1 + self.memory_margin)
         if len(anchors) >= 2:
             scale = float(self.space.batch_sizes[-1])
             x = np.array([[o.knobs.batch_size / scale] for o in obs])
             y = np.array([o.memory_per_replica_bytes for o in obs])
             y_scale = float(y.max())
             mu, sd = _fit_predict(x, y / y_scale, np.array([[b / scale] for b in batches]), seed=self.seed, linear_mean=True)
-            out = np.maximum(out, y_scale * (mu + self.beta * sd))
-        out[np.asarray(batches) > self.max_batch_growth * b_max] = math.inf
-        return out
+            upper = np.maximum(upper, y_scale * (mu + self.beta * sd))
+            lower = np.maximum(lower, y_scale * (mu - self.beta * sd))
+        upper[np.asarray(batches) > self.max_batch_growth * b_max] = math.inf
+        return lower, upper
 
     # --- suggestion -------------------------------------------------------------------
 
@@ -162,7 +190,7 @@ class SafeBayesOpt:
         seen = {o.knobs for o in observations}
         seen_devices = {k.device_type for k in seen}
         candidates = [k for k in self.space.grid() if k not in seen]
-        upper = self.memory_upper_bytes(candidates, observations) if candidates else np.zeros(0)
+        lower, upper = self.memory_bounds_bytes(candidates, observations)
         is_safe = np.array([
             u <= self.memory_limit_bytes or (k.device_type not in seen_devices and k == self.space.minimal(k.device_type))
             for k, u in zip(candidates, upper)
@@ -173,23 +201,29 @@ class SafeBayesOpt:
         x_train = self.space.encode([o.knobs for o in observations])
         y_train = np.log([o.throughput_rows_per_s for o in observations])
         best_f = math.log(best.throughput_rows_per_s) if best is not None else float(y_train.max())
-        log_ei, mu, sd = _log_expected_improvement(
-            x_train, y_train, self.space.encode(candidates), best_f=best_f, seed=self.seed + len(observations)
+        # The GP learns the rate per row of batch per replica; the scale log(batch x replicas)
+        # is added back, so a device first seen at its smallest configuration is not undervalued.
+        scale_train, scale_new = _log_scale([o.knobs for o in observations]), _log_scale(candidates)
+        log_ei, mu, _ = _log_expected_improvement(
+            x_train, y_train - scale_train, self.space.encode(candidates), best_f=best_f - scale_new,
+            seed=self.seed + len(observations),
         )
+        mu = mu + scale_new
         safe_idx = np.flatnonzero(is_safe)
         i = int(safe_idx[np.argmax(log_ei[safe_idx])])
-        if log_ei[i] >= math.log(self.min_improvement):
+        goal, expander = self._expansion(candidates, is_safe, lower <= self.memory_limit_bytes, log_ei, observations)
+        threshold = math.log(self.min_improvement)
+        if goal is not None and log_ei[goal] > max(log_ei[i], threshold):
+            g, i = candidates[goal], expander
+            why = (
+                f"expand the safe set toward {g.device_type} batch {g.batch_size} x{g.concurrency} "
+                f"(expected improvement {math.exp(log_ei[goal]):.1%} if safe): learn memory at batch "
+                f"{candidates[i].batch_size} on {candidates[i].device_type}"
+            )
+        elif log_ei[i] >= threshold:
             why = f"max expected improvement ({math.exp(log_ei[i]):.1%}) among {len(safe_idx)} safe configurations"
         else:
-            # Nothing certified safe promises a gain; if an uncertified configuration might
-            # (optimistic bound above the best), learn memory at a new batch size instead.
-            promising = (~is_safe) & (mu + 2.0 * sd > best_f + math.log1p(self.min_improvement))
-            observed = {(o.knobs.batch_size, o.knobs.device_type) for o in observations}
-            expanders = [j for j in safe_idx if (candidates[j].batch_size, candidates[j].device_type) not in observed]
-            if not promising.any() or not expanders:
-                return self._converged(best, f"expected gain {math.exp(log_ei[i]):.2%} < {self.min_improvement:.2%}")
-            i = max(expanders, key=lambda j: (candidates[j].batch_size, mu[j]))
-            why = f"expand the safe set: learn memory at batch {candidates[i].batch_size} ({int(promising.sum())} uncertified configurations might be better)"
+            return self._converged(best, f"expected gain {math.exp(log_ei[i]):.2%} < {self.min_improvement:.2%}")
         k, u = candidates[i], float(upper[i])
         return Suggestion(
             knobs=k,
@@ -202,22 +236,65 @@ class SafeBayesOpt:
             safe_candidates=len(safe_idx),
         )
 
+    def _expansion(
+        self,
+        candidates: Sequence[Knobs],
+        is_safe: np.ndarray,
+        plausible: np.ndarray,
+        log_ei: np.ndarray,
+        observations: Sequence[Observation],
+    ) -> tuple[int | None, int | None]:
+        """The most promising uncertified goal and the safe configuration that expands toward it (indices).
+
+        A goal is an unevaluated configuration not certified safe but not known unsafe
+        (its memory lower bound is under the limit) with a safe expander on its device: an
+        unevaluated safe configuration at a batch not observed there, no larger than the
+        goal's. The expander is at the largest such batch (the safe set grows most), with
+        the highest expected improvement among those.
+        """
+        observed = {(o.knobs.batch_size, o.knobs.device_type) for o in observations}
+        expanders: dict[str, list[int]] = {}
+        for j, k in enumerate(candidates):
+            if is_safe[j] and (k.batch_size, k.device_type) not in observed:
+                expanders.setdefault(k.device_type, []).append(j)
+        goals = [
+            j for j, k in enumerate(candidates)
+            if not is_safe[j] and plausible[j]
+            and any(candidates[e].batch_size <= k.batch_size for e in expanders.get(k.device_type, ()))
+        ]
+        if not goals:
+            return None, None
+        goal = max(goals, key=lambda j: log_ei[j])
+        g = candidates[goal]
+        steps = [e for e in expanders[g.device_type] if candidates[e].batch_size <= g.batch_size]
+        return goal, max(steps, key=lambda e: (candidates[e].batch_size, log_ei[e]))
+
     def _converged(self, best: Observation | None, why: str) -> Suggestion:
         chosen = best.knobs if best is not None else self.initial
         return Suggestion(chosen, f"converged: {why}; keep the best safe configuration", converged=True)
 
 
-def _fit_gp(x: np.ndarray, y: np.ndarray, *, linear_mean: bool):
+def _fit_gp(x: np.ndarray, y: np.ndarray, *, linear_mean: bool, shared_dims: int = 0):
+    """A fitted ``SingleTaskGP``; with ``shared_dims`` its kernel is a sum of one over the first
+    ``shared_dims`` inputs (a trend shared across the rest, e.g. device types) and one over all."""
     import torch
     from botorch.fit import fit_gpytorch_mll
     from botorch.models import SingleTaskGP
+    from botorch.models.utils.gpytorch_modules import get_covar_module_with_dim_scaled_prior
+    from gpytorch.kernels import ScaleKernel
     from gpytorch.means import LinearMean
     from gpytorch.mlls import ExactMarginalLogLikelihood
+    from gpytorch.priors import GammaPrior
 
     tx = torch.as_tensor(x, dtype=torch.float64)
     ty = torch.as_tensor(y, dtype=torch.float64).unsqueeze(-1)
     mean = LinearMean(input_size=tx.shape[-1]).to(torch.float64) if linear_mean else None
-    model = SingleTaskGP(tx, ty, mean_module=mean)
+    covar = None
+    if shared_dims:
+        covar = get_covar_module_with_dim_scaled_prior(
+            ard_num_dims=shared_dims, active_dims=list(range(shared_dims))
+        ) + ScaleKernel(get_covar_module_with_dim_scaled_prior(ard_num_dims=tx.shape[-1]), outputscale_prior=GammaPrior(2.0, 4.0))
+    model = SingleTaskGP(tx, ty, mean_module=mean, covar_module=covar).to(torch.float64)
     mll = ExactMarginalLogLikelihood(model.likelihood, model)
     try:
         fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": MAX_FIT_ITERATIONS}})
@@ -239,18 +316,25 @@ def _fit_predict(x: np.ndarray, y: np.ndarray, x_new: np.ndarray, *, seed: int, 
             return post.mean.squeeze(-1).numpy(), post.variance.clamp_min(0).sqrt().squeeze(-1).numpy()
 
 
+def _log_scale(knobs: Sequence[Knobs]) -> np.ndarray:
+    """``log(batch_size x concurrency)``: the log throughput of a configuration that scaled perfectly."""
+    return np.array([math.log(k.batch_size * k.concurrency) for k in knobs])
+
+
 def _log_expected_improvement(
-    x: np.ndarray, y: np.ndarray, x_new: np.ndarray, *, best_f: float, seed: int
+    x: np.ndarray, y: np.ndarray, x_new: np.ndarray, *, best_f: np.ndarray, seed: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Log expected improvement over ``best_f``, posterior mean and std at each row of ``x_new``."""
+    """Log expected improvement over ``best_f`` (one per row of ``x_new``), posterior mean and std there."""
     import torch
-    from botorch.acquisition import LogExpectedImprovement
+    from botorch.acquisition.analytic import _log_ei_helper
 
     with torch.random.fork_rng(), single_threaded():
         torch.manual_seed(seed)
-        model = _fit_gp(x, y, linear_mean=False)
-        xt = torch.as_tensor(x_new, dtype=torch.float64)
+        model = _fit_gp(x, y, linear_mean=False, shared_dims=2)
         with torch.no_grad():
-            log_ei = LogExpectedImprovement(model, best_f=best_f)(xt.unsqueeze(1))
-            post = model.posterior(xt)
-        return log_ei.numpy(), post.mean.squeeze(-1).numpy(), post.variance.clamp_min(0).sqrt().squeeze(-1).numpy()
+            post = model.posterior(torch.as_tensor(x_new, dtype=torch.float64))
+            mean = post.mean.squeeze(-1)
+            sigma = post.variance.clamp_min(1e-12).sqrt().squeeze(-1)
+            u = (mean - torch.as_tensor(best_f, dtype=torch.float64)) / sigma
+            log_ei = _log_ei_helper(u) + sigma.log()
+        return log_ei.numpy(), mean.numpy(), sigma.numpy()

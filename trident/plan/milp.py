@@ -10,15 +10,21 @@ the operators before it, so its capacity ``sum(rate * replicas)`` must be at lea
 replica started loses ``cold_start_s`` of its output, amortised over ``horizon_s``.
 
 The solver is HiGHS in-process (``highspy`` through ``pulp.HiGHS``) with CBC as the
-fallback; both always run with a time limit and a relative gap. The solver's own
+fallback; both always run with a time limit and a relative gap. The device choice of one-device
+operators (the hard part: one binary per device) is decomposed first: a bound per device
+assignment, pruned operator by operator, names the most promising one, which is solved alone;
+devices that no assignment able to beat that plan uses are left out of the full model. The solver's own
 status is read, every solution is checked here against the problem, and a new plan
 must beat the current one by ``hysteresis``: otherwise the current plan is kept.
 :func:`solve_placement` never raises on a solver failure.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from trident.errors import ConfigError
 
@@ -29,8 +35,9 @@ ANY_GPU = "gpu"
 
 _TOL = 1e-6
 _DOWN_WEIGHT = 1e-6
-"""Objective weight (relative to the largest per-replica contribution) of removing a
-replica: a tie-breaker that keeps replicas that cost nothing to keep."""
+"""Objective weight (relative to the smallest per-replica contribution) of removing a
+replica: a tie-breaker that keeps replicas that cost nothing to keep, and never outweighs
+a real gain (an operator with a huge rate must not make every removal look expensive)."""
 
 
 @dataclass(frozen=True)
@@ -242,13 +249,14 @@ def _change_costs(problem: PlacementProblem) -> tuple[dict[Key, float], float]:
     factors = dict(zip((o.name for o in problem.operators), problem.demand_factors()))
     ops = {o.name: o for o in problem.operators}
     up: dict[Key, float] = {}
-    largest = 0.0
+    smallest = math.inf
     for key in problem.keys():
         op = ops[key[0]]
         contrib = op.option(key[1]).rate_rows_per_s / factors[op.name]
-        largest = max(largest, contrib)
+        if contrib > 0:
+            smallest = min(smallest, contrib)
         up[key] = 0.0 if problem.current is None else op.cold_start_s * contrib / problem.horizon_s
-    return up, _DOWN_WEIGHT * max(largest, 1.0)
+    return up, _DOWN_WEIGHT * (smallest if math.isfinite(smallest) else 1.0)
 
 
 def objective_of(problem: PlacementProblem, allocation: Allocation) -> float:
@@ -403,7 +411,10 @@ def _run(prob, problem: PlacementProblem, solver: str, start: dict | None = None
 
         # No ``threads`` option: HiGHS's thread pool is process-wide, and asking for a count
         # other than the one another HiGHS user in this process started it with fails the solve.
-        cmd = _warm_highs()(start=start, msg=False, timeLimit=problem.time_limit_s, gapRel=problem.gap_rel)
+        # The feasibility-jump heuristic costs ~15 ms per solve, most of the time on these models
+        # (HiGHS versions without the option ignore it).
+        cmd = _warm_highs()(start=start, msg=False, timeLimit=problem.time_limit_s, gapRel=problem.gap_rel,
+                            mip_heuristic_run_feasibility_jump=False)
         prob.solve(cmd)
         model = prob.solverModel
         st = model.getModelStatus()
@@ -453,9 +464,10 @@ def _ints(values: dict, tol: float = 1e-4) -> dict | None:
     return out
 
 
-def _model(problem: PlacementProblem, keys: list, node_of, per_node_caps):
+def _model(problem: PlacementProblem, keys: list, node_of, per_node_caps, incumbent: Allocation | None = None):
     """Build the MILP over ``keys`` (aggregated keys or per-node keys); returns (prob, x, start):
-    ``start`` is the current plan as a solution of the model, when it is one of its points."""
+    ``start`` is the better of ``incumbent`` and the current plan as a solution of the model, when
+    one of them is a point of it."""
     import pulp
 
     prob = pulp.LpProblem("trident_placement", pulp.LpMaximize)
@@ -483,9 +495,13 @@ def _model(problem: PlacementProblem, keys: list, node_of, per_node_caps):
     up_cost, down_w = _change_costs(problem)
     cost_terms = []
     start = None
-    if cur and all(len(k) == 3 for k in keys) and all(k in x and c <= ub[k] for k, c in cur.items()):
-        start = {x[k]: float(cur.get(k, 0)) for k in keys}
-        start[t] = min(throughput_of(problem, problem.current), t_ub)
+    points = [a for a in (incumbent, problem.current) if a is not None and all(len(k) == 3 for k in keys)
+              and all(k in x and c <= ub[k] for k, c in a.as_dict().items())]
+    if points:
+        point = max(points, key=lambda a: objective_of(problem, a))
+        counts = point.as_dict()
+        start = {x[k]: float(counts.get(k, 0)) for k in keys}
+        start[t] = min(throughput_of(problem, point), t_ub)
     for j, (akey, xs) in enumerate(agg.items()):
         c0 = cur.get(akey, 0)
         up = pulp.LpVariable(f"u{j}", lowBound=0)
@@ -493,7 +509,8 @@ def _model(problem: PlacementProblem, keys: list, node_of, per_node_caps):
         prob += pulp.lpSum(xs) - c0 == up - down
         cost_terms += [up_cost[akey] * up, down_w * down]
         if start is not None:
-            start[up] = start[down] = 0.0
+            moved = sum(start[v] for v in xs) - c0
+            start[up], start[down] = max(moved, 0.0), max(-moved, 0.0)
     for akey, c0 in cur.items():
         if akey not in agg and c0 > 0:  # replicas on placements no longer valid: their removal is forced
             cost_terms.append(down_w * c0)
@@ -556,18 +573,227 @@ def _bucket(k: tuple) -> tuple:
 
 
 def _solve_aggregated(problem: PlacementProblem, solver: str):
+    """Solve over node types. When one-device operators have several devices, the device choice is
+    decomposed first (see :class:`_DeviceChoices`): the assignment with the best bound is solved
+    alone; when no other assignment's bound beats that plan by more than half of ``gap_rel``, it is
+    the answer, else the full model, without the devices no such assignment uses, starts from it."""
     keys = problem.keys()
     caps = {n.name: (n.cpus * n.count, n.gpus * n.count,
                      None if n.memory_bytes is None else n.memory_bytes * n.count)
             for n in problem.node_types if n.count > 0}
-    prob, x, start = _model(problem, keys, lambda k: k, caps)
+    incumbent, note = None, ""
+    choices = _DeviceChoices.of(problem, keys, caps)
+    if choices is not None:  # two solves: each gets half the time limit
+        problem = dataclasses.replace(problem, time_limit_s=problem.time_limit_s / 2)
+        sub_problem = dataclasses.replace(problem, gap_rel=problem.gap_rel * _SUB_GAP)
+        tau = choices.bound(choices.greedy())
+        found = choices.above(tau, strict=False) if math.isfinite(tau) else None
+        if found is not None and len(found[0]):
+            grid, bounds = found
+            best = grid[int(np.argmax(bounds))]
+            sub_keys = choices.keys_of(keys, best[None, :])
+            incumbent, sub_status = _solve_keys(sub_problem, sub_keys, caps, solver, None)
+            if incumbent is not None:
+                value = objective_of(problem, incumbent)
+                threshold = value + problem.gap_rel * _PRUNE_GAP * abs(value) + _TOL
+                if threshold >= tau:
+                    keep = bounds > threshold
+                    grid = grid[keep]
+                else:
+                    found = choices.above(threshold, strict=True)
+                    grid = None if found is None else found[0]
+                if grid is not None:
+                    others = grid[np.any(grid != best, axis=1)]
+                    if not len(others):
+                        return incumbent, sub_status, "every other device choice is bounded below this plan"
+                    keys = choices.keys_of(keys, np.vstack([best[None, :], others]))
+                    note = "device choices bounded below the best single-choice plan were left out"
+    found_alloc, status = _solve_keys(problem, keys, caps, solver, incumbent)
+    if found_alloc is None:
+        if incumbent is not None:
+            return incumbent, "feasible", f"{status}; kept the best single-choice plan"
+        return None, "failed", status
+    return found_alloc, status, note
+
+
+def _solve_keys(problem: PlacementProblem, keys: list, caps: dict, solver: str, incumbent: Allocation | None):
+    """Solve the aggregated model over ``keys``; returns (allocation, status) or (None, why)."""
+    prob, x, start = _model(problem, keys, lambda k: k, caps, incumbent)
     status = _run(prob, problem, solver, start)
     if status is None:
-        return None, "failed", "no feasible plan within the time limit"
+        return None, "no feasible plan within the time limit"
     vals = _ints({k: v.varValue for k, v in x.items()})
     if vals is None:
-        return None, "failed", "the solver returned a non-integer plan"
-    return Allocation.of(vals), status, ""
+        return None, "the solver returned a non-integer plan"
+    return Allocation.of(vals), status
+
+
+_SUB_GAP = 0.1
+"""The single-assignment model is solved to this fraction of ``gap_rel``: it is small and easy, and
+the closer its plan is to the optimum, the more device choices its value rules out."""
+_PRUNE_GAP = 0.5
+"""A device choice is left out when its bound is within this fraction of ``gap_rel`` of that plan,
+so the plan returned is within ``gap_rel`` of the optimum with room to spare."""
+_MAX_DEVICE_CHOICES = 1 << 14
+"""Most partial device assignments :class:`_DeviceChoices` bounds at one level."""
+
+
+@dataclass(frozen=True)
+class _DeviceChoices:
+    """Upper bounds on the objective of device assignments of the one-device operators.
+
+    The bound of an assignment relaxes integrality and minimum replicas: an operator reaching ``T``
+    on device ``d`` needs ``f * T / rate`` replicas, so ``f * r / rate`` of resource ``r`` per unit
+    of ``T`` inside the node types ``d`` fits on; every set of node types that confines some device
+    (and the whole cluster) caps the sum of what the operators confined to it need, an operator
+    free to use several devices counting its cheapest. The objective is at most
+    ``T - sum(alpha * max(T - C, 0))`` over the operators, ``C`` being the throughput its current
+    replicas on its device(s) carry and ``alpha`` its cold start over the horizon (what starting the
+    missing replicas costs at least). Adding an operator's choice never raises the bound, so
+    partial assignments are pruned level by level."""
+
+    ops: tuple[str, ...]
+    """Operators with a device to choose, in the order they are assigned."""
+    devices: tuple[tuple[str, ...], ...]
+    loads: tuple[np.ndarray, ...]
+    """Per operator: (devices x rows) resources per unit of T."""
+    t_most: tuple[np.ndarray, ...]
+    """Per operator: the most T on each device."""
+    carried: tuple[np.ndarray, ...]
+    """Per operator: the throughput its current replicas carry on each device."""
+    alpha: np.ndarray
+    """Per operator: cold start over the horizon (0 without a current plan)."""
+    fixed_load: np.ndarray
+    fixed_alpha: np.ndarray
+    fixed_carried: np.ndarray
+    t_cap: float
+    cap_row: np.ndarray
+
+    @staticmethod
+    def of(problem: PlacementProblem, keys: list, caps: dict) -> _DeviceChoices | None:
+        """None when no one-device operator has a choice."""
+        ops = {o.name: o for o in problem.operators}
+        factors = dict(zip(ops, problem.demand_factors()))
+        nodes = {n.name: n for n in problem.node_types}
+        cur = problem.current.as_dict() if problem.current is not None else {}
+        where: dict[tuple[str, str], frozenset] = {}
+        for o, d, n in keys:
+            where[(o, d)] = where.get((o, d), frozenset()) | {n}
+        devices: dict[str, list[str]] = {}
+        for o, d in where:
+            devices.setdefault(o, []).append(d)
+        enum = [o for o in ops if ops[o].single_device and len(devices.get(o, ())) > 1]
+        if not enum:
+            return None
+        everywhere = frozenset(caps)
+        rows = []  # (node types, resource index, capacity)
+        for group in sorted(set(where.values()) | {everywhere}, key=sorted):
+            for r in range(3):
+                cap = sum(math.inf if caps[n][r] is None else caps[n][r] for n in group)
+                if math.isfinite(cap):
+                    rows.append((group, r, cap))
+        if problem.memory_limit_bytes is not None:
+            rows.append((everywhere, 2, float(problem.memory_limit_bytes)))
+        if problem.cpus_limit is not None:
+            rows.append((everywhere, 0, float(problem.cpus_limit)))
+
+        def per_unit(o: str, ds: list[str]) -> tuple[np.ndarray, float, float]:
+            """Least resources per unit of T in each row, the most T and the T the current replicas
+            carry, of operator ``o`` on devices ``ds``."""
+            op, f = ops[o], factors[o]
+            load = np.zeros(len(rows))
+            for j, (group, r, _) in enumerate(rows):
+                if all(where[(o, d)] <= group for d in ds):
+                    need = [f * (op.option(d).cpus, op.option(d).gpus, op.option(d).memory_bytes)[r]
+                            / op.option(d).rate_rows_per_s for d in ds if op.option(d).rate_rows_per_s > 0]
+                    load[j] = min(need, default=0.0)
+            most = sum(op.option(d).rate_rows_per_s * sum(_max_fit(op, op.option(d), nodes[n], per_node=False)
+                                                          for n in where[(o, d)]) for d in ds)
+            if op.max_replicas is not None:
+                most = min(most, op.max_replicas * max(op.option(d).rate_rows_per_s for d in ds))
+            carried = sum(op.option(d).rate_rows_per_s * cur.get((o, d, n), 0) for d in ds for n in where[(o, d)])
+            return load, most / f, carried / f
+
+        def alpha(o: str) -> float:
+            return 0.0 if problem.current is None else ops[o].cold_start_s / problem.horizon_s
+
+        t_cap = math.inf if problem.max_throughput_rows_per_s is None else problem.max_throughput_rows_per_s
+        fixed, fixed_alpha, fixed_carried = np.zeros(len(rows)), [], []
+        for o in ops:
+            if o not in enum:
+                load, most, carried = per_unit(o, devices.get(o, []))
+                fixed += load
+                t_cap = min(t_cap, most)
+                if alpha(o) > 0:
+                    fixed_alpha.append(alpha(o))
+                    fixed_carried.append(carried)
+        cap_row = np.array([c for _, _, c in rows], dtype=float)
+        per = {o: [per_unit(o, [d]) for d in devices[o]] for o in enum}
+        # the heaviest operators first: they prune the most
+        enum.sort(key=lambda o: -min(float(np.max(p[0] / cap_row, initial=0.0)) for p in per[o]))
+        return _DeviceChoices(
+            ops=tuple(enum), devices=tuple(tuple(devices[o]) for o in enum),
+            loads=tuple(np.array([p[0] for p in per[o]]) for o in enum),
+            t_most=tuple(np.array([p[1] for p in per[o]]) for o in enum),
+            carried=tuple(np.array([p[2] for p in per[o]]) for o in enum),
+            alpha=np.array([alpha(o) for o in enum]), fixed_load=fixed, fixed_alpha=np.array(fixed_alpha),
+            fixed_carried=np.array(fixed_carried), t_cap=t_cap, cap_row=cap_row)
+
+    def _bounds(self, load: np.ndarray, t_most: np.ndarray, carried: np.ndarray) -> np.ndarray:
+        """Bounds of states with resources ``load`` (K x rows), most T ``t_most`` (K) and the first
+        ``carried.shape[1]`` operators assigned, carrying ``carried`` (K x assigned)."""
+        with np.errstate(divide="ignore"):
+            ratio = np.where(load > 0, self.cap_row / np.where(load > 0, load, 1.0), np.inf)
+        t = np.minimum(t_most, ratio.min(axis=-1, initial=np.inf))
+        alpha = np.concatenate([self.fixed_alpha, self.alpha[:carried.shape[1]]])
+        if not np.any(alpha > 0):
+            return t
+        c = np.hstack([np.broadcast_to(self.fixed_carried, (len(t), len(self.fixed_carried))), carried])
+        finite = np.where(np.isfinite(t), t, 0.0)
+        cand = np.hstack([finite[:, None], np.minimum(c, finite[:, None])])  # the kinks of a concave function
+        value = cand - (alpha * np.maximum(cand[:, :, None] - c[:, None, :], 0.0)).sum(axis=2)
+        return np.where(np.isfinite(t), value.max(axis=1), np.inf)
+
+    def bound(self, choice: np.ndarray) -> float:
+        load = self.fixed_load + sum(ld[c] for ld, c in zip(self.loads, choice))
+        t = min([self.t_cap] + [t[c] for t, c in zip(self.t_most, choice)])
+        carried = np.array([[cr[c] for cr, c in zip(self.carried, choice)]])
+        return float(self._bounds(load[None, :], np.array([t]), carried)[0])
+
+    def greedy(self) -> np.ndarray:
+        """An assignment chosen operator by operator, each keeping the partial bound highest."""
+        load, t, carried, out = self.fixed_load, self.t_cap, np.zeros(0), []
+        for ld, tm, cr in zip(self.loads, self.t_most, self.carried):
+            states = np.hstack([np.broadcast_to(carried, (len(cr), len(carried))), cr[:, None]])
+            c = int(np.argmax(self._bounds(load + ld, np.minimum(t, tm), states)))
+            load, t, carried = load + ld[c], min(t, float(tm[c])), states[c]
+            out.append(c)
+        return np.array(out)
+
+    def above(self, tau: float, *, strict: bool):
+        """Every assignment whose bound is above ``tau`` (or equal, unless ``strict``), as
+        (choices, bounds); None when a level would bound more than :data:`_MAX_DEVICE_CHOICES`."""
+        grid = np.zeros((1, 0), dtype=np.int64)
+        load, t, carried = self.fixed_load[None, :], np.array([self.t_cap]), np.zeros((1, 0))
+        bounds = np.array([self.t_cap])
+        for ld, tm, cr in zip(self.loads, self.t_most, self.carried):
+            k, c = len(grid), len(tm)
+            if k * c > _MAX_DEVICE_CHOICES:
+                return None
+            load = (load[:, None, :] + ld[None, :, :]).reshape(k * c, -1)
+            t = np.minimum(t[:, None], tm[None, :]).reshape(-1)
+            grid = np.hstack([np.repeat(grid, c, axis=0), np.tile(np.arange(c), k)[:, None]])
+            carried = np.hstack([np.repeat(carried, c, axis=0), np.tile(cr, k)[:, None]])
+            bounds = self._bounds(load, t, carried)
+            keep = bounds > tau if strict else bounds >= tau - _TOL * max(1.0, abs(tau))
+            grid, load, t, carried, bounds = grid[keep], load[keep], t[keep], carried[keep], bounds[keep]
+        return grid, bounds
+
+    def keys_of(self, keys: list, grid: np.ndarray) -> list:
+        """``keys`` without the devices no assignment in ``grid`` uses."""
+        used = {(o, ds[c]) for i, (o, ds) in enumerate(zip(self.ops, self.devices)) for c in set(grid[:, i].tolist())}
+        chosen = set(self.ops)
+        return [k for k in keys if k[0] not in chosen or (k[0], k[1]) in used]
 
 
 def _place_on_nodes(problem: PlacementProblem, agg: Allocation, status: str, solver: str):
@@ -602,29 +828,31 @@ def _place_on_nodes(problem: PlacementProblem, agg: Allocation, status: str, sol
 
 
 def _first_fit(problem: PlacementProblem, agg: Allocation):
+    """First-fit decreasing of every replica on the nodes of its type; None when one does not fit.
+
+    The replicas of one (operator, device) come in a run, so a node takes as many of them as fit
+    before the next node is tried (a node one of them did not fit keeps too little room for more)."""
     ops = {o.name: o for o in problem.operators}
     out = []
     for n in problem.node_types:
-        items = []
-        for o, d, nn, c in agg.counts:
-            if nn == n.name:
-                items += [(o, d)] * c
-        if not items:
+        kinds = [((o, d), ops[o].option(d), c) for o, d, nn, c in agg.counts if nn == n.name and c > 0]
+        if not kinds:
             continue
-        opt = {it: ops[it[0]].option(it[1]) for it in set(items)}
-        items.sort(key=lambda it: (-opt[it].gpus, -opt[it].memory_bytes, -opt[it].cpus, it))
+        kinds.sort(key=lambda it: (-it[1].gpus, -it[1].memory_bytes, -it[1].cpus, it[0]))
         free = [[n.cpus, n.gpus, math.inf if n.memory_bytes is None else n.memory_bytes] for _ in range(n.count)]
-        placed: dict[tuple, int] = {}
-        for it in items:
-            o = opt[it]
+        for (o, d), opt, left in kinds:
+            need = (opt.cpus, opt.gpus, opt.memory_bytes)
             for k, f in enumerate(free):
-                if o.cpus <= f[0] + _TOL and o.gpus <= f[1] + _TOL and o.memory_bytes <= f[2]:
-                    f[0] -= o.cpus
-                    f[1] -= o.gpus
-                    f[2] -= o.memory_bytes
-                    placed[(it[0], it[1], n.name, k)] = placed.get((it[0], it[1], n.name, k), 0) + 1
+                fit = min([left] + [math.floor((f[r] + (_TOL if r < 2 else 0.0)) / need[r])
+                                    for r in range(3) if need[r] > 0 and math.isfinite(f[r])])
+                if fit <= 0:
+                    continue
+                for r in range(3):
+                    f[r] -= fit * need[r]
+                out.append((o, d, n.name, k, fit))
+                left -= fit
+                if not left:
                     break
-            else:
+            if left:
                 return None
-        out += [(o, d, nn, k, c) for (o, d, nn, k), c in placed.items()]
     return tuple(sorted(out))

@@ -60,7 +60,8 @@ class RolloutInputs:
     ``utilisation`` is demand / capacity per operator (the bottleneck has the highest);
     ``remaining_rows`` is ``None`` for an unbounded stream. Free resources, when given,
     decide which additions can start before anything drains: ``free_gpus_by_type`` for
-    operators pinned to an accelerator type, ``free_gpus`` for the others.
+    operators pinned to an accelerator type, ``free_gpus`` for the others, and free memory
+    under the limit, so that old and new replicas together never exceed it.
     """
 
     current_throughput_rows_per_s: float
@@ -71,6 +72,10 @@ class RolloutInputs:
     free_cpus: float | None = None
     free_gpus: float | None = None
     free_gpus_by_type: dict[str, float] | None = None
+    free_memory_bytes: float | None = None
+    """Memory left under the limit by the current replicas (bytes); ``None``: no limit."""
+    memory_per_replica_bytes: dict[str, float] | None = None
+    """Memory a new replica of each operator takes (bytes), for ``free_memory_bytes``."""
 
     def __post_init__(self) -> None:
         if self.current_throughput_rows_per_s < 0 or self.new_throughput_rows_per_s < 0:
@@ -153,13 +158,15 @@ def _config_changes(cfg: OperatorConfig, t: OperatorTarget) -> list[str]:
 
 
 def _order(steps: list[RolloutStep], current: dict[str, OperatorConfig], inputs: RolloutInputs) -> list[RolloutStep]:
-    """Additions bottleneck first (those that do not fit the free resources wait for the drains);
-    drains least-utilised first."""
+    """Additions bottleneck first (those that do not fit the free resources or memory wait for
+    the drains); drains least-utilised first."""
     util = inputs.utilisation
     ups = sorted((s for s in steps if s.phase == PHASE_UP), key=lambda s: (-util.get(s.operator, 0.0), s.operator))
     downs = sorted((s for s in steps if s.phase == PHASE_DRAIN), key=lambda s: (util.get(s.operator, 0.0), s.operator))
     free = {"cpu": math.inf if inputs.free_cpus is None else inputs.free_cpus,
-            None: math.inf if inputs.free_gpus is None else inputs.free_gpus}
+            None: math.inf if inputs.free_gpus is None else inputs.free_gpus,
+            "memory": math.inf if inputs.free_memory_bytes is None else inputs.free_memory_bytes}
+    memory_each = inputs.memory_per_replica_bytes or {}
     free.update(inputs.free_gpus_by_type or {})
     ordered = []
     for s in ups:
@@ -169,9 +176,11 @@ def _order(steps: list[RolloutStep], current: dict[str, OperatorConfig], inputs:
         accel = s.target.accelerator_type or cfg.accelerator_type
         pool = accel if accel in free else None
         need_cpu, need_gpu = added * cfg.num_cpus, added * gpus_each
-        if need_cpu <= free["cpu"] + 1e-9 and need_gpu <= free[pool] + 1e-9:
+        need_mem = added * memory_each.get(s.operator, 0.0)
+        if need_cpu <= free["cpu"] + 1e-9 and need_gpu <= free[pool] + 1e-9 and need_mem <= free["memory"]:
             free["cpu"] -= need_cpu
             free[pool] -= need_gpu
+            free["memory"] -= need_mem
             ordered.append(s)
         else:
             ordered.append(RolloutStep(**{**s.__dict__, "phase": PHASE_UP_AFTER_DRAIN,

@@ -3,7 +3,8 @@
 Each step it observes every operator: per-replica throughput over short windows (rows
 per busy replica-second when the snapshot has ``busy_s``, else sustainable samples),
 input bytes per row, heap per replica and cold starts. Changepoints on throughput and
-row size end a regime: samples from before are dropped, the old model is remembered
+row size end a regime, and so do two rate windows in a row far off the configuration's
+median (a fast check for short runs): samples from before are dropped, the old model is remembered
 (a regime that recurs reuses it at once) and the plan is revisited. Per operator, the
 filtered samples fit a GP model (on a window, when due or after a change, never on
 every step). Memory-constrained BO tunes the bottleneck's batch size when a memory
@@ -18,7 +19,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -45,14 +46,14 @@ from trident.plan.rollout import RolloutInputs, RolloutStep, plan_rollout
 from trident.types import Decision, OperatorConfig, OperatorSnapshot, OperatorTarget, Plan, Snapshot
 
 _UNKNOWN_RATE = 1e9
-"""Per-replica rate given to an operator with no measurement yet: it never limits the plan."""
+"""Marks the rate of an operator held for lack of evidence (see :func:`_bound_held`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class TridentSettings:
     """How often and how cautiously the policy acts (seconds, fractions)."""
 
-    plan_interval_s: float = 15.0
+    plan_interval_s: float = 5.0
     """Seconds between two looks at the plan when nothing changed."""
     min_dwell_s: float = 30.0
     """Seconds a finished rollout stands before another plan, unless the data changed."""
@@ -62,6 +63,8 @@ class TridentSettings:
     """Seconds over which a cold start is amortised (shortened by the remaining work when known)."""
     rate_window_s: float = 5.0
     """Seconds per throughput measurement."""
+    max_rate_window_s: float = 60.0
+    """Longest a measurement waits for the rows of a busy operator's long batch (seconds)."""
     min_rate_windows: int = 3
     """Measurements of a configuration needed before it is planned with."""
     refit_interval_s: float = 120.0
@@ -70,6 +73,8 @@ class TridentSettings:
     """Snapshots per operator kept for the filters and models."""
     memory_margin: float = 0.15
     """Relative margin over the largest heap per replica observed."""
+    stable_heap_samples: int = 20
+    """Heap samples of one configuration after which a third of the margin is kept."""
     default_cold_start_s: float = 10.0
     """Cold start of an actor before one was observed."""
     solver_time_limit_s: float = 0.5
@@ -82,18 +87,25 @@ class TridentSettings:
     """Remaining work (seconds at the current rate) below which no batch size is tried."""
     min_change: float = 0.10
     """Relative shift a changepoint needs to start a new regime (smaller ones are noise)."""
+    shift_ratio: float = 1.5
+    """Factor off its median a configuration's rate must be, ``shift_windows`` windows in a row,
+    to end the regime at once (a fast check beside the changepoint detector)."""
+    shift_windows: int = 2
 
     def __post_init__(self) -> None:
-        for name in ("plan_interval_s", "rate_window_s", "refit_interval_s", "solver_time_limit_s",
-                     "rollout_timeout_s", "horizon_s"):
+        for name in ("plan_interval_s", "rate_window_s", "max_rate_window_s", "refit_interval_s",
+                     "solver_time_limit_s", "rollout_timeout_s", "horizon_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(name, getattr(self, name), "a number of seconds > 0")
+        if self.shift_ratio <= 1 or self.shift_windows < 1:
+            raise ConfigError("shift_ratio/shift_windows", (self.shift_ratio, self.shift_windows), "> 1, >= 1")
         if self.min_dwell_s < 0 or self.hysteresis < 0 or self.memory_margin < 0:
             raise ConfigError("min_dwell_s/hysteresis/memory_margin",
                               (self.min_dwell_s, self.hysteresis, self.memory_margin), "numbers >= 0")
-        if self.min_rate_windows < 1 or self.history < 20 or self.bo_trials < 0:
-            raise ConfigError("min_rate_windows/history/bo_trials",
-                              (self.min_rate_windows, self.history, self.bo_trials), ">= 1, >= 20, >= 0")
+        if self.min_rate_windows < 1 or self.history < 20 or self.bo_trials < 0 or self.stable_heap_samples < 1:
+            raise ConfigError("min_rate_windows/history/bo_trials/stable_heap_samples",
+                              (self.min_rate_windows, self.history, self.bo_trials, self.stable_heap_samples),
+                              ">= 1, >= 20, >= 0, >= 1")
 
 
 ConfigKey = tuple[int | None, str, float]
@@ -116,6 +128,7 @@ class _Track:
     snaps: deque = field(default_factory=deque)
     rates: list = field(default_factory=list)  # (time_s, ConfigKey, output rows per busy replica-second)
     heap: dict = field(default_factory=dict)  # ConfigKey -> largest heap bytes per replica this regime
+    heap_samples: dict = field(default_factory=dict)  # ConfigKey -> snapshots that carried a heap sample
     key: ConfigKey | None = None
     window: tuple | None = None  # (time_s, rows_out, busy_s, rows_in, bytes_in) at the window start
     pending_since_s: float | None = None
@@ -126,6 +139,7 @@ class _Track:
     matched: bool = False
     bo_tried: int = 0
     selectivity: float = 1.0
+    shifting: list = field(default_factory=list)  # (time_s, rate) of consecutive windows off the median
 
 
 class TridentPolicy:
@@ -145,6 +159,7 @@ class TridentPolicy:
         self.rollout: list[tuple[RolloutStep, ...]] = []
         self.phase_started_s = 0.0
         self.phase: tuple[RolloutStep, ...] = ()
+        self.assumed: dict[str, tuple[ConfigKey, float]] = {}
 
     # --- the step --------------------------------------------------------------------------
 
@@ -200,8 +215,9 @@ class TridentPolicy:
         devices = tuple(sorted({device_type_of(op.config), CPU, ANY_GPU}))
         tr = self._track(op, devices)
         notes: list[str] = []
-        if op.rows_in_total > 0 and op.rows_out_total > 0:
-            tr.selectivity = op.rows_out_total / op.rows_in_total
+        done = op.rows_in_done_total if op.rows_in_done_total is not None else op.rows_in_total
+        if done > 0 and op.rows_out_total > 0:  # rows in flight are in but not yet out: not counted
+            tr.selectivity = op.rows_out_total / done
         key = _key(op.config)
         if key != tr.key:
             if tr.key is not None:  # our own reconfiguration: measurements restart, not a regime change
@@ -216,6 +232,7 @@ class TridentPolicy:
             tr.pending_since_s = None
         if op.heap_rss_per_replica_bytes:
             tr.heap[key] = max(tr.heap.get(key, 0.0), float(op.heap_rss_per_replica_bytes))
+            tr.heap_samples[key] = tr.heap_samples.get(key, 0) + 1
         tr.snaps.append((t, op))
         if op.completed:
             return notes
@@ -226,9 +243,12 @@ class TridentPolicy:
         if t - tr.window[0] < self.settings.rate_window_s:
             return notes
         t0, rows0, busy0, in0, bytes0 = tr.window
+        busy = op.busy_s is not None and busy0 is not None and op.busy_s - busy0 > 0.2 * (t - t0)
+        if busy and op.rows_out_total == rows0 and t - t0 < self.settings.max_rate_window_s:
+            return notes  # working on a long batch: the window lasts until rows come out
         tr.window = cur
         rate = None
-        if op.busy_s is not None and busy0 is not None and op.busy_s - busy0 > 0.2 * (t - t0):
+        if busy:
             rate = (op.rows_out_total - rows0) / (op.busy_s - busy0)
         elif op.busy_s is None and not op.backpressured and op.input_queue_blocks > 0:
             running = op.actors_running if op.config.kind == "actor" else op.tasks_running
@@ -236,9 +256,14 @@ class TridentPolicy:
                 rate = (op.rows_out_total - rows0) / (t - t0) / running
         events: list[ChangeEvent] = []
         if rate is not None and rate > 0:
+            notes += self._check_assumption(tr, key, rate)
+            shift = self._level_shift(tr, key, rate, t)
             tr.rates.append((t, key, rate))
             ev = tr.rate_detector.update(rate, now=t, times_s=[t])
-            if ev is not None:
+            if shift is not None:
+                tr.rate_detector.reset()
+                events.append(shift)
+            elif ev is not None:
                 events.append(ev)
         if op.rows_in_total - in0 > 0:
             ev = tr.size_detector.update((op.bytes_in_total - bytes0) / (op.rows_in_total - in0), now=t, times_s=[t])
@@ -250,13 +275,53 @@ class TridentPolicy:
                 notes.append(self._new_regime(tr, ev))
         return notes
 
+    def _check_assumption(self, tr: _Track, key: ConfigKey, rate: float) -> list[str]:
+        """A measured rate far off what the last plan assumed for this configuration ends the
+        dwell: that plan was made on a wrong premise (e.g. its first estimate came from a phase
+        of the data that has passed)."""
+        planned = self.assumed.get(tr.name)
+        if planned is None or planned[0] != key:
+            return []
+        ratio = self.settings.shift_ratio
+        if planned[1] / ratio <= rate <= planned[1] * ratio:
+            return []
+        del self.assumed[tr.name]
+        self.changed_since_plan = True
+        return [f"{tr.name}: measured {rate:.3g} rows/s per replica, the last plan assumed {planned[1]:.3g}; "
+                f"revisiting the plan"]
+
+    def _level_shift(self, tr: _Track, key: ConfigKey, rate: float, t: float) -> ChangeEvent | None:
+        """A fast check beside the changepoint detector: ``shift_windows`` windows in a row whose
+        rate is off the configuration's median by more than ``shift_ratio`` (either way) end the
+        regime at the first of them, long before the detector has its minimum samples."""
+        s = self.settings
+        before = [(tt, r) for tt, k, r in tr.rates if k == key]
+        if len(before) < s.min_rate_windows:
+            tr.shifting = []
+            return None
+        ref = float(np.median([r for tt, r in before if not tr.shifting or tt < tr.shifting[0][0]][-8:]))
+        up = rate > ref * s.shift_ratio
+        down = rate < ref / s.shift_ratio
+        if not (up or down) or (tr.shifting and (tr.shifting[-1][1] > ref) != up):
+            tr.shifting = [(t, rate)] if up or down else []
+            return None
+        tr.shifting.append((t, rate))
+        if len(tr.shifting) < s.shift_windows:
+            return None
+        start, after = tr.shifting[0][0], float(np.median([r for _, r in tr.shifting]))
+        tr.shifting = []
+        return ChangeEvent(signal=f"{tr.name} rows/s per replica", index=len(before), changed_at_s=start,
+                           detected_at_s=t, mean_before=ref, mean_after=after, samples_since_change=s.shift_windows,
+                           reason=f"{tr.name} rows/s per replica {ref:.3g} -> {after:.3g} over "
+                                  f"{s.shift_windows} windows from t={start:.0f} s")
+
     def _new_regime(self, tr: _Track, ev: ChangeEvent) -> str:
         """A change: forget what came before it, remember the old model, revisit the plan."""
         start = ev.changed_at_s
         tr.rates = [r for r in tr.rates if r[0] >= start]
         kept = deque(((t, o) for t, o in tr.snaps if t >= start), maxlen=tr.snaps.maxlen)
         tr.snaps = kept
-        tr.heap = {}
+        tr.heap, tr.heap_samples = {}, {}
         if tr.model.is_fitted:
             tr.regimes.remember(tr.model)
             tr.model = OperatorModel(device_types=tr.model.encoder.device_types, window_samples=self.settings.history,
@@ -306,15 +371,24 @@ class TridentPolicy:
                 return float(tr.model.predict_throughput([cfg]).mean[0]), "model"
             except ConfigError:
                 return None, "none"
-        if key == _key(op.config) and op.busy_s and op.rows_out_total > 0:
-            # Before enough rate windows: rows per busy replica-second since the start, so a
-            # slow bottleneck (or a pool waiting to fill a batch) does not hold every plan back.
+        if measured:  # a new regime or configuration: its first windows
+            return float(np.median(measured)), "first windows"
+        if key == _key(op.config) and op.busy_s and op.rows_out_total > 0 and tr.regime_start_s == 0:
+            # Before any rate window: rows per busy replica-second since the start, so a slow
+            # bottleneck (or a pool waiting to fill a batch) does not hold every plan back.
             return op.rows_out_total / op.busy_s, "busy time so far"
         return None, "none"
 
     def _heap(self, tr: _Track, key: ConfigKey) -> float:
+        """Heap bytes per replica to plan with: the largest seen plus the margin, a third of
+        the margin once the largest stands on ``stable_heap_samples`` samples."""
         seen = tr.heap.get(key)
-        return 0.0 if seen is None else seen * (1 + self.settings.memory_margin)
+        if seen is None:
+            return 0.0
+        margin = self.settings.memory_margin
+        if tr.heap_samples.get(key, 0) >= self.settings.stable_heap_samples:
+            margin /= 3
+        return seen * (1 + margin)
 
     # --- planning --------------------------------------------------------------------------
 
@@ -343,15 +417,21 @@ class TridentPolicy:
                           free_cpus=snap.cluster.cpus - sum(_used(o)[0] for o in ops),
                           free_gpus=snap.cluster.gpus - sum(_used(o)[1] for o in ops),
                           free_gpus_by_type={t: g - sum(_used(o)[1] for o in ops if o.config.accelerator_type == t)
-                                             for t, g in snap.cluster.gpus_by_type}))
+                                             for t, g in snap.cluster.gpus_by_type},
+                          **_memory_room(problem, result.allocation)))
         if not rollout.go:
             return Decision(time_s=now, reason=f"keep: {rollout.reason}", notes=tuple(notes) + (result.reason,))
         self.rollout = rollout.phases()
+        # what the plan assumed of each operator's rate (rows out per busy replica-second)
+        self.assumed = {o.name: (_key(o.config), rates[o.name][0] * self.tracks[o.name].selectivity)
+                        for o in ops if rates[o.name][0] < _UNKNOWN_RATE}
         steps = "; ".join(st.reason for st in rollout.steps)
         return self._next_phase(now, f"plan: {result.reason}; {rollout.reason}; steps: {steps}", notes)
 
     def _problem(self, snap: Snapshot, ops: list[OperatorSnapshot]):
         cluster = snap.cluster
+        if cluster.cpus <= 0:
+            return None, {}, "observing: the cluster's size is not known yet"
         typed = dict(cluster.gpus_by_type)
         gpu_ops = [o for o in ops if o.config.num_gpus > 0]
         per_type = bool(typed) and all(o.config.accelerator_type in typed for o in gpu_ops)
@@ -361,6 +441,9 @@ class TridentPolicy:
         elif cluster.gpus > 0:
             nodes.append(NodeType(name=ANY_GPU, count=1, cpus=cluster.cpus, gpus=cluster.gpus))
         specs, current, rates, missing = [], {}, {}, []
+        # a replica not measured yet is assumed as large as the largest replica measured so far
+        heap_prior = max((self._heap(self.tracks[o.name], _key(o.config)) for o in ops
+                          if o.config.kind == "actor"), default=0.0)
         f, factors = 1.0, []
         for o in ops:
             factors.append(f)
@@ -384,8 +467,9 @@ class TridentPolicy:
             else:
                 rate_in = rate_out / max(tr.selectivity, 1e-12)
             rates[o.name] = (rate_in, source)
+            heap = self._heap(tr, key) or (heap_prior if o.config.kind == "actor" else 0.0)
             options = [DeviceOption(device=device, rate_rows_per_s=rate_in, cpus=o.config.num_cpus,
-                                    gpus=o.config.num_gpus, memory_bytes=int(self._heap(tr, key)))]
+                                    gpus=o.config.num_gpus, memory_bytes=int(heap))]
             if per_type and device != CPU and rate_out is not None:
                 for t in typed:
                     alt = (key[0], t, key[2])
@@ -403,13 +487,15 @@ class TridentPolicy:
             current[(o.name, device, node)] = replicas
         if len(missing) == len(ops):
             return None, rates, f"observing: no throughput measured yet for {', '.join(missing)}"
+        specs = _bound_held(specs, factors, slots=cluster.cpus + cluster.gpus)
         limit = self.context.memory_limit_bytes or cluster.memory_limit_bytes
-        remaining_s = self._remaining_s(snap, ops)
-        horizon = self.settings.horizon_s if remaining_s is None else max(min(self.settings.horizon_s, remaining_s), 1.0)
         problem = PlacementProblem(operators=tuple(specs), node_types=tuple(nodes), current=Allocation.of(current),
-                                   memory_limit_bytes=limit, cpus_limit=cluster.cpus, horizon_s=horizon,
+                                   memory_limit_bytes=limit, cpus_limit=cluster.cpus, horizon_s=self.settings.horizon_s,
                                    hysteresis=self.settings.hysteresis,
                                    time_limit_s=self.settings.solver_time_limit_s)
+        remaining_s = self._remaining_s(snap, problem)
+        if remaining_s is not None:  # a cold start is amortised over the work left, at most the horizon
+            problem = replace(problem, horizon_s=max(min(self.settings.horizon_s, remaining_s), 1.0))
         return problem, rates, ""
 
     def _targets(self, ops: list[OperatorSnapshot], alloc: Allocation) -> tuple[OperatorTarget, ...]:
@@ -443,13 +529,22 @@ class TridentPolicy:
         return self.settings.default_cold_start_s if seen is None else seen
 
     def _remaining(self, snap: Snapshot) -> float | None:
-        if snap.input_rows_total is None or not snap.operators:
+        """Input rows the pipeline has still to finish: at the operator furthest behind, its
+        rows out counted back to input rows through the selectivities up to it (rows queued
+        between operators are not finished)."""
+        ops = [o for o in snap.operators if o.config.kind in ("task", "actor") and o.name in self.tracks]
+        if snap.input_rows_total is None or not ops:
             return None
-        return max(snap.input_rows_total - snap.operators[0].rows_in_total, 0.0)
+        f, done = 1.0, []
+        for o in ops:
+            f *= max(self.tracks[o.name].selectivity, 1e-12)
+            done.append(o.rows_out_total / f)
+        return max(snap.input_rows_total - min(done), 0.0)
 
-    def _remaining_s(self, snap: Snapshot, ops: list[OperatorSnapshot]) -> float | None:
+    def _remaining_s(self, snap: Snapshot, problem: PlacementProblem) -> float | None:
+        """Seconds of work left at the current plan's modelled throughput (input rows/s)."""
         left = self._remaining(snap)
-        rate = snap.operators[0].rows_out_per_s / max(self.tracks[ops[0].name].selectivity, 1e-12) if ops else 0.0
+        rate = throughput_of(problem, problem.current) if problem.current else 0.0
         if left is None or rate <= 0:
             return None
         return left / rate
@@ -461,7 +556,7 @@ class TridentPolicy:
         s = self.settings
         if s.bo_trials == 0 or limit is None:
             return None
-        remaining_s = self._remaining_s(snap, ops)
+        remaining_s = self._remaining_s(snap, problem)
         if remaining_s is not None and remaining_s < s.bo_min_remaining_s:
             return None
         util = self._utilisation(problem, throughput_of(problem, problem.current))
@@ -522,15 +617,13 @@ class TridentPolicy:
 
     def _continue_rollout(self, snap: Snapshot, now: float, notes: list[str]) -> Decision:
         byname = {o.name: o for o in snap.operators}
-        waiting = [st.operator for st in self.phase if st.action != "scale_down"
-                   and st.operator in byname and (byname[st.operator].actors_pending > 0
-                                                  or byname[st.operator].config.replicas != st.replicas_to)]
+        waiting = [st.operator for st in self.phase if st.operator in byname and _settling(byname[st.operator], st)]
         patience = min(self.settings.rollout_timeout_s,
                        30.0 + 2 * max((self.tracks[st.operator].cold_start_s or self.settings.default_cold_start_s)
                                       for st in self.phase))
         timed_out = now - self.phase_started_s >= patience
         if waiting and not timed_out:
-            return Decision(time_s=now, reason=f"rollout: waiting for {', '.join(waiting)} to warm up",
+            return Decision(time_s=now, reason=f"rollout: waiting for {', '.join(waiting)} to reach its target",
                             notes=tuple(notes))
         if not self.rollout:
             self.phase = ()
@@ -540,11 +633,53 @@ class TridentPolicy:
         return self._next_phase(now, "rollout: next phase" + (" after a timeout" if timed_out else ""), notes)
 
 
+def _bound_held(specs: list[OperatorSpec], factors: list[float], *, slots: float) -> list[OperatorSpec]:
+    """Give each operator held for lack of evidence (rate ``_UNKNOWN_RATE``) a finite rate that
+    cannot limit the plan: ten times what the measured operators could sustain at their most
+    replicas (``slots`` where unbounded). A finite rate keeps the solver's scaling sane."""
+    held = [sp.options[0].rate_rows_per_s >= _UNKNOWN_RATE for sp in specs]
+    reach = [sp.options[0].rate_rows_per_s * (sp.max_replicas or slots) / f
+             for sp, f, h in zip(specs, factors, held) if not h]
+    if not reach:
+        return specs
+    t_max = 10 * max(min(reach), 1e-9)
+    out = []
+    for sp, f, h in zip(specs, factors, held):
+        if h:
+            rate = t_max * f / max(sp.min_replicas, 1)
+            sp = replace(sp, options=tuple(replace(o, rate_rows_per_s=rate) for o in sp.options))
+        out.append(sp)
+    return out
+
+
+def _settling(o: OperatorSnapshot, st: RolloutStep) -> bool:
+    """Whether ``o`` has yet to reach the step's replicas: new ones still starting, or (for a
+    drain) old ones still finishing their work, so the next phase's memory is not yet free."""
+    if st.action == "scale_down":
+        return o.config.kind == "actor" and o.actors_running > st.replicas_to
+    return o.actors_pending > 0 or o.config.replicas != st.replicas_to
+
+
+def _memory_room(problem: PlacementProblem, new: Allocation) -> dict:
+    """Memory left under the limit by the current replicas, and what a new replica of each
+    operator takes where the new plan puts it (bytes, as the plan estimates them)."""
+    if problem.memory_limit_bytes is None or problem.current is None:
+        return {}
+    specs = {sp.name: sp for sp in problem.operators}
+    used = sum(specs[o].option(d).memory_bytes * n for (o, d, _), n in problem.current.as_dict().items())
+    each = {}
+    for (o, d, _), n in new.as_dict().items():
+        if n > 0:
+            each[o] = max(each.get(o, 0.0), float(specs[o].option(d).memory_bytes))
+    return {"free_memory_bytes": float(problem.memory_limit_bytes - used), "memory_per_replica_bytes": each}
+
+
 def _starved(tr: _Track, last: int = 10) -> bool:
-    """Whether the operator mostly waited on its upstream lately (it keeps up with what it gets)."""
+    """Whether the operator mostly had nothing to run lately: nothing queued, or nothing running
+    (a pool waiting to fill a batch). A pool still starting its actors is not starved."""
     recent = list(tr.snaps)[-last:]
-    return bool(recent) and sum(o.input_queue_blocks == 0 and o.actors_pending == 0 for _, o in recent) >= 0.8 * len(
-        recent)
+    idle = sum((o.input_queue_blocks == 0 or o.tasks_running == 0) and o.actors_pending == 0 for _, o in recent)
+    return bool(recent) and idle >= 0.8 * len(recent)
 
 
 def _used(o: OperatorSnapshot) -> tuple[float, float]:

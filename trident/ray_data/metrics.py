@@ -68,7 +68,7 @@ class SnapshotBuilder:
     """Builds snapshots of one execution; keeps the previous counters to compute rates."""
 
     def __init__(self, *, executor: Any, execution_id: str, kinds: dict[Any, str], names: OperatorNames,
-                 cap_of: Any, cluster: ClusterView) -> None:
+                 cap_of: Any, cluster: "ClusterWatch") -> None:
         self.executor = executor
         self.execution_id = execution_id
         self.kinds = kinds
@@ -86,7 +86,7 @@ class SnapshotBuilder:
         ops = tuple(self._operator(i, op, state, time_s) for i, (op, state) in enumerate(self.executor._topology.items()))
         self.seq += 1
         return Snapshot(execution_id=self.execution_id, seq=self.seq, time_s=time_s, operators=ops,
-                        cluster=self.cluster, input_rows_total=self._input_rows_total())
+                        cluster=self.cluster.view(time_s), input_rows_total=self._input_rows_total())
 
     def _input_rows_total(self) -> int | None:
         """Rows the source operator will emit in all, when Ray Data knows (from block metadata)."""
@@ -147,17 +147,48 @@ class SnapshotBuilder:
             backpressured=bool(backpressured),
             heap_rss_bytes=rss_total, heap_rss_per_replica_bytes=rss_per_replica,
             busy_s=float(m.task_worker_completion_time_s),
+            rows_in_done_total=_rows_in_done(m),
             completed=bool(op.has_completed()),
             **actors,
         )
 
 
-def cluster_view(resource_manager: Any, memory_limit_bytes: int | None) -> ClusterView:
-    """Global limits of this execution plus GPUs per accelerator type (from the cluster's resources)."""
+def _rows_in_done(m: Any) -> int:
+    """Input rows of finished tasks: rows received x the byte fraction of them finished tasks
+    consumed (Ray counts finished inputs in blocks and bytes, not rows)."""
+    received = int(m.bytes_inputs_received)
+    if received <= 0:
+        return 0
+    return int(round(int(m.num_row_inputs_received) * min(1.0, int(m.bytes_task_inputs_processed) / received)))
+
+
+class ClusterWatch:
+    """The cluster as one execution sees it: the executor's global limits, read at every
+    snapshot (they are zero until the executor's first resource update), plus GPUs per
+    accelerator type from the cluster's nodes, re-read every ``nodes_every_s`` seconds."""
+
+    def __init__(self, resource_manager: Any, memory_limit_bytes: int | None, *, nodes_every_s: float = 30.0) -> None:
+        self.resource_manager = resource_manager
+        self.memory_limit_bytes = memory_limit_bytes
+        self.nodes_every_s = nodes_every_s
+        self._typed: tuple[tuple[str, float], ...] = ()
+        self._typed_at_s: float | None = None
+
+    def view(self, time_s: float) -> ClusterView:
+        if self._typed_at_s is None or time_s - self._typed_at_s >= self.nodes_every_s:
+            self._typed, self._typed_at_s = gpus_by_type(), time_s
+        limits = self.resource_manager.get_global_limits()
+        store = limits.object_store_memory
+        return ClusterView(cpus=float(limits.cpu), gpus=float(limits.gpu), gpus_by_type=self._typed,
+                           object_store_bytes=int(store) if store != float("inf") else None,
+                           memory_limit_bytes=self.memory_limit_bytes)
+
+
+def gpus_by_type() -> tuple[tuple[str, float], ...]:
+    """GPUs per accelerator type over the cluster's live nodes."""
     import ray
 
-    limits = resource_manager.get_global_limits()
-    gpus_by_type: dict[str, float] = {}
+    out: dict[str, float] = {}
     for node in ray.nodes():
         if not node.get("Alive"):
             continue
@@ -165,9 +196,5 @@ def cluster_view(resource_manager: Any, memory_limit_bytes: int | None) -> Clust
         for key in res:
             if key.startswith(ACCELERATOR_PREFIX):
                 name = key[len(ACCELERATOR_PREFIX):]
-                gpus_by_type[name] = gpus_by_type.get(name, 0.0) + float(res.get("GPU", 0.0))
-    store = limits.object_store_memory
-    return ClusterView(cpus=float(limits.cpu), gpus=float(limits.gpu),
-                       gpus_by_type=tuple(sorted(gpus_by_type.items())),
-                       object_store_bytes=int(store) if store != float("inf") else None,
-                       memory_limit_bytes=memory_limit_bytes)
+                out[name] = out.get(name, 0.0) + float(res.get("GPU", 0.0))
+    return tuple(sorted(out.items()))

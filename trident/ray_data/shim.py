@@ -66,7 +66,7 @@ class ExecutionShim:
 
     def install(self) -> None:
         from trident.ray_data.compat import capabilities
-        from trident.ray_data.metrics import OperatorNames, SnapshotBuilder, cluster_view
+        from trident.ray_data.metrics import ClusterWatch, OperatorNames, SnapshotBuilder
 
         caps = capabilities(self.executor)
         if not caps.observe:
@@ -86,7 +86,7 @@ class ExecutionShim:
             wants_control = False
         self.builder = SnapshotBuilder(
             executor=self.executor, execution_id=self.execution_id, kinds=self.kinds, names=self.names,
-            cap_of=self._cap_of, cluster=cluster_view(self.executor._resource_manager, self.config.memory_limit_bytes))
+            cap_of=self._cap_of, cluster=ClusterWatch(self.executor._resource_manager, self.config.memory_limit_bytes))
         self.observing = True
         self.client = self.run._controller_client()
         if wants_control:
