@@ -3,7 +3,9 @@ import json
 
 import pytest
 
-from trident.demos.bench import items_of, plot_results, static_splits, workloads
+from trident.demos.bench import (REPLICA_OVERHEAD_BYTES, Cluster, items_of, plot_results, static_splits, work_bound,
+                                  workloads)
+from trident.demos.calibration import load_curves
 
 
 @pytest.mark.parametrize("name", ["pdf-regimes", "video-regimes"])
@@ -34,11 +36,27 @@ def test_oracle_sweep_covers_extremes_and_half():
     assert all(o + e == 16 and o >= 1 and e >= 1 for o, e in static_splits(16))
 
 
+def test_work_bound_follows_the_bottleneck_and_the_memory_limit():
+    curves, w = load_curves(), workloads(1.0)["pdf-regimes"]
+    total, split = work_bound(w, curves, Cluster())
+    assert total == pytest.approx(sum(p["wall_s"] for p in split.values()), abs=0.05)
+    assert split["short-text"]["embed_replicas"] > split["short-text"]["ocr_replicas"]  # no OCR work there
+    assert split["long-scanned"]["ocr_replicas"] > split["long-scanned"]["embed_replicas"]
+    # 8 GPUs but a 5 GiB limit: never more replicas than memory holds
+    per = {k: curves[k].base_bytes + REPLICA_OVERHEAD_BYTES for k in ("ocr", "embed")}
+    assert all(p["ocr_replicas"] * per["ocr"] + p["embed_replicas"] * per["embed"] <= 5 * 2**30 for p in split.values())
+    assert any(p["ocr_replicas"] + p["embed_replicas"] < 8 for p in split.values())
+    roomy, _ = work_bound(w, curves, Cluster(memory_limit_bytes=64 * 2**30))
+    assert roomy < total
+    assert work_bound(w, curves, Cluster(memory_limit_bytes=2**30))[0] == float("inf")
+
+
 def test_plot_written(tmp_path):
     res = {"workload": {"name": "pdf-regimes", "mode": "calibrated"},
            "rows": [{"policy": "ray", "ratio_to_baseline": 1.0, "oom_kills": 2},
                     {"policy": "trident", "ratio_to_baseline": 1.4, "oom_kills": 0},
-                    {"policy": "oracle", "ratio_to_baseline": 1.6}]}
+                    {"policy": "oracle", "ratio_to_baseline": 1.6},
+                    {"policy": "bound", "ratio_to_baseline": 1.9}]}
     out = tmp_path / "b.png"
     plot_results([json.loads(json.dumps(res))], str(out))
     assert out.read_bytes()[:4] == b"\x89PNG"

@@ -301,6 +301,48 @@ def oracle(workload: Workload, curves, cluster: Cluster, *, log) -> tuple[float,
     return sum(b["wall_s"] for b in best.values()), best
 
 
+def _stage_work_s(rows: list[dict], curve: CostCurve, unit: str, batch_rows: int, time_scale: float) -> tuple[float, float]:
+    """(summed seconds, longest batch seconds) of a stage over ``rows`` in consecutive batches of
+    ``batch_rows`` (a batch with no work costs nothing, as in the stand-in)."""
+    total = longest = 0.0
+    for i in range(0, len(rows), batch_rows):
+        units = sum(r[unit] for r in rows[i:i + batch_rows])
+        if units > 0:
+            t = curve.time_s(units) * time_scale
+            total, longest = total + t, max(longest, t)
+    return total, longest
+
+
+def work_bound(workload: Workload, curves, cluster: Cluster) -> tuple[float, dict]:
+    """A lower bound on the wall time from the calibrated work alone: per phase, the best split
+    of the GPUs between OCR and embedding whose memory estimate fits the limit, each stage's
+    work spread evenly over its replicas (and the CPU stage's over the CPUs left), with no
+    cold start, no pipeline fill or drain and no transition; the phases summed. No schedule
+    can beat it; ``ratio_to_bound`` says how close a policy came."""
+    from trident.demos.measure import UNITS
+
+    per = {k: curves[k].base_bytes * cluster.memory_scale + REPLICA_OVERHEAD_BYTES for k in ("ocr", "embed")}
+    best, total = {}, 0.0
+    for ph in workload.phases:
+        blocks = items_of(workload, (ph,))
+        rows = [r for b in blocks for r in b]
+        cpu_curve = curves[workload.cpu_stage]
+        cpu = sum(cpu_curve.time_s(sum(r[UNITS[workload.cpu_stage]] for r in b)) * cluster.time_scale for b in blocks)
+        ocr, ocr_long = _stage_work_s(rows, curves["ocr"], "megapixels", workload.ocr_batch_size, cluster.time_scale)
+        emb, emb_long = _stage_work_s(rows, curves["embed"], "chars", workload.embed_batch_size, cluster.time_scale)
+        times = {}
+        for o in range(1, cluster.gpus):
+            for e in range(1, cluster.gpus - o + 1):
+                if o * per["ocr"] + e * per["embed"] <= cluster.memory_limit_bytes:
+                    times[(o, e)] = max(cpu / max(cluster.cpus - o - e, 1), ocr / o, emb / e, ocr_long, emb_long)
+        if not times:
+            return float("inf"), {}
+        split = min(times, key=times.get)
+        best[ph.name] = {"ocr_replicas": split[0], "embed_replicas": split[1], "wall_s": round(times[split], 2)}
+        total += times[split]
+    return total, best
+
+
 def _failed_tasks(summary: dict) -> int | None:
     failed = summary.get("failed_tasks")
     return int(sum(failed.values())) if isinstance(failed, dict) else None
@@ -366,6 +408,18 @@ def bench_workload(workload: Workload, curves, cluster: Cluster, *, policies=POL
         "baseline": "ray",
         "rows": rows,
     }
+    bound_s, bound_split = work_bound(workload, curves, cluster)
+    if bound_s < float("inf"):
+        tput_bound = n_rows / bound_s
+        for row in rows:
+            row["ratio_to_bound"] = round(row["throughput_rows_per_s"] / tput_bound, 3)
+        bound_row = {"policy": "bound", "wall_s": round(bound_s, 2), "throughput_rows_per_s": round(tput_bound, 3),
+                     "per_phase": bound_split,
+                     "note": "calibrated work / best memory-feasible split per phase; no cold start, fill, drain "
+                             "or transition: no schedule can be faster"}
+        if base is not None and base.throughput_rows_per_s > 0:
+            bound_row["ratio_to_baseline"] = round(tput_bound / base.throughput_rows_per_s, 3)
+        rows.append(bound_row)
     if save is not None:
         save(out)
     if with_oracle:
@@ -402,15 +456,18 @@ def plot_results(results: list[dict], path: str) -> None:
 
     fig, axes = plt.subplots(2, len(results), figsize=(5 * len(results), 6.5), squeeze=False)
     for col, res in enumerate(results):
-        rows = [r for r in res["rows"] if r["policy"] != "oracle"]
+        rows = [r for r in res["rows"] if r["policy"] not in ("oracle", "bound")]
         names = [r["policy"] for r in rows]
         ratios = [r.get("ratio_to_baseline", 0.0) for r in rows]
         ax = axes[0][col]
         ax.bar(names, ratios, color=["#999999" if n != "trident" else "#1f77b4" for n in names])
-        orc = next((r for r in res["rows"] if r["policy"] == "oracle"), None)
-        if orc and "ratio_to_baseline" in orc:
-            ax.axhline(orc["ratio_to_baseline"], linestyle="--", color="k", label="per-phase oracle")
-            ax.legend(loc="upper left")
+        for name, style, label in (("oracle", "--", "per-phase oracle (measured)"),
+                                   ("bound", ":", "work bound (no schedule is faster)")):
+            ref = next((r for r in res["rows"] if r["policy"] == name), None)
+            if ref and "ratio_to_baseline" in ref:
+                ax.axhline(ref["ratio_to_baseline"], linestyle=style, color="k", label=label)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="upper left", fontsize=8)
         ax.set_title(f"{res['workload']['name']} ({res['workload']['mode']})")
         ax.set_ylabel("throughput / ray")
         ax2 = axes[1][col]
