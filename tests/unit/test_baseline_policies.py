@@ -136,3 +136,15 @@ def test_ds2_keeps_the_last_true_rate_of_an_idle_operator_and_bounds_uncapped_po
     d = policy.step(s, 2.0)
     a = {t.name: t.replicas for t in d.plan.targets}["A"]
     assert a == 10  # ceil(400 rows/busy-s x 2 tasks / 50) = 16, bounded by 8 CPUs at 0.75 CPU each
+
+
+def test_ds2_keeps_sizing_from_a_source_that_has_read_everything():
+    """A batch source reads its input in a burst, then produces nothing: the pools behind it
+    are still sized for the rate it delivered, not left where they are."""
+    policy = DS2Policy(settings=DS2Settings(window_s=1.0, min_busy_s=0.5))
+    policy.step(chain(0, src_rows=0, src_busy=0, a_rows=0, a_busy=0, b_rows=0, b_busy=0), 0)
+    burst = policy.step(chain(1, src_rows=100, src_busy=0.5, a_rows=0, a_busy=0, b_rows=0, b_busy=0), 1)
+    assert burst.plan is None  # A has no busy time yet: nothing to size it by
+    d = policy.step(chain(2, src_rows=100, src_busy=0.5, a_rows=100, a_busy=2.0, b_rows=100, b_busy=0.5), 2)
+    assert d.plan is not None and "source idle" in d.reason
+    assert {t.name: t.replicas for t in d.plan.targets}["A"] > 1

@@ -190,3 +190,21 @@ def test_no_plan_before_the_executor_reports_its_cluster():
     snap = Snapshot(execution_id="e", seq=0, time_s=0.0, operators=snap.operators, input_rows_total=48,
                     cluster=ClusterView(cpus=0, gpus=0))
     assert policy.step(snap, 0.0).reason == "observing: the cluster's size is not known yet"
+
+
+def test_a_regime_change_keeps_the_memory_estimate_with_its_full_margin():
+    """Throughput changing says nothing about memory shrinking: forgetting the heap would let a
+    smaller pool's size stand in for it and plan more replicas than fit."""
+    from trident.detect.changepoint import ChangeEvent
+
+    policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5 * GiB, seed=0))
+    for k in range(30):
+        policy.step(_ray_like(float(k), ocr_replicas=4, ocr_out=k, embed_out=0), float(k))
+    tr = policy.tracks["ocr"]
+    key = (1, "gpu", 1.0)
+    settled = policy._heap(tr, key)
+    assert settled == pytest.approx(750 * 2**20 * (1 + policy.settings.memory_margin / 3))
+    policy._new_regime(tr, ChangeEvent(signal="ocr rows/s per replica", index=20, changed_at_s=25.0,
+                                       detected_at_s=29.0, mean_before=1.0, mean_after=0.3,
+                                       samples_since_change=4, reason="test"))
+    assert policy._heap(tr, key) == pytest.approx(750 * 2**20 * (1 + policy.settings.memory_margin))

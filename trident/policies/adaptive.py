@@ -127,7 +127,7 @@ class _Track:
     size_detector: ChangeDetector
     snaps: deque = field(default_factory=deque)
     rates: list = field(default_factory=list)  # (time_s, ConfigKey, output rows per busy replica-second)
-    heap: dict = field(default_factory=dict)  # ConfigKey -> largest heap bytes per replica this regime
+    heap: dict = field(default_factory=dict)  # ConfigKey -> largest heap bytes per replica seen
     heap_samples: dict = field(default_factory=dict)  # ConfigKey -> snapshots that carried a heap sample
     key: ConfigKey | None = None
     window: tuple | None = None  # (time_s, rows_out, busy_s, rows_in, bytes_in) at the window start
@@ -321,7 +321,8 @@ class TridentPolicy:
         tr.rates = [r for r in tr.rates if r[0] >= start]
         kept = deque(((t, o) for t, o in tr.snaps if t >= start), maxlen=tr.snaps.maxlen)
         tr.snaps = kept
-        tr.heap, tr.heap_samples = {}, {}
+        tr.heap_samples = {}  # the largest heap stays (memory is what must never be underestimated),
+        # but the full margin is back until the new regime has confirmed it
         if tr.model.is_fitted:
             tr.regimes.remember(tr.model)
             tr.model = OperatorModel(device_types=tr.model.encoder.device_types, window_samples=self.settings.history,

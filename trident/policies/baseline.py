@@ -129,6 +129,7 @@ class DS2Policy:
         self._window_start: Snapshot | None = None
         self._current: dict[str, int] = {}
         self._true_rates: dict[str, float] = {}
+        self._source_rate: float | None = None
         self._plan_seq = 0
 
     def step(self, snapshot: Snapshot, now: float) -> Decision:
@@ -164,9 +165,15 @@ class DS2Policy:
             first = before[op.name]
             if i == 0:
                 target_out_rate = source_rate(first, op, elapsed_s, self.settings.min_busy_s) * self.settings.headroom
-                if target_out_rate <= 0:
+                if target_out_rate <= 0 and self._source_rate is not None:
+                    # a source that has read everything (or is idle) keeps the rate it delivered
+                    target_out_rate = self._source_rate
+                    notes.append(f"{op.name}: source idle; its last rate {target_out_rate:.1f} rows/s stands")
+                elif target_out_rate <= 0:
                     return [], [f"{op.name}: the source produced nothing yet; no target"]
-                notes.append(f"{op.name}: source target {target_out_rate:.1f} rows/s")
+                else:
+                    notes.append(f"{op.name}: source target {target_out_rate:.1f} rows/s")
+                self._source_rate = target_out_rate
                 continue
             target_in_rate = target_out_rate or 0.0
             target_out_rate = target_in_rate * selectivity(op)
