@@ -55,8 +55,11 @@ class TridentSettings:
 
     plan_interval_s: float = 5.0
     """Seconds between two looks at the plan when nothing changed."""
-    min_dwell_s: float = 30.0
-    """Seconds a finished rollout stands before another plan, unless the data changed."""
+    min_dwell_s: float = 15.0
+    """Seconds a finished rollout stands before another plan, unless the data changed (at least
+    the ``min_rate_windows`` measurements of the new configuration)."""
+    dwell_cold_starts: float = 3.0
+    """The dwell in cold starts of the slowest operator, when longer than ``min_dwell_s``."""
     hysteresis: float = 0.10
     """Throughput gain a new plan needs over the current one."""
     horizon_s: float = 600.0
@@ -99,9 +102,10 @@ class TridentSettings:
                 raise ConfigError(name, getattr(self, name), "a number of seconds > 0")
         if self.shift_ratio <= 1 or self.shift_windows < 1:
             raise ConfigError("shift_ratio/shift_windows", (self.shift_ratio, self.shift_windows), "> 1, >= 1")
-        if self.min_dwell_s < 0 or self.hysteresis < 0 or self.memory_margin < 0:
-            raise ConfigError("min_dwell_s/hysteresis/memory_margin",
-                              (self.min_dwell_s, self.hysteresis, self.memory_margin), "numbers >= 0")
+        if self.min_dwell_s < 0 or self.dwell_cold_starts < 0 or self.hysteresis < 0 or self.memory_margin < 0:
+            raise ConfigError("min_dwell_s/dwell_cold_starts/hysteresis/memory_margin",
+                              (self.min_dwell_s, self.dwell_cold_starts, self.hysteresis, self.memory_margin),
+                              "numbers >= 0")
         if self.min_rate_windows < 1 or self.history < 20 or self.bo_trials < 0 or self.stable_heap_samples < 1:
             raise ConfigError("min_rate_windows/history/bo_trials/stable_heap_samples",
                               (self.min_rate_windows, self.history, self.bo_trials, self.stable_heap_samples),
@@ -185,9 +189,10 @@ class TridentPolicy:
             return self._continue_rollout(snapshot, now, notes)
         s = self.settings
         due = self.last_look_s is None or now - self.last_look_s >= s.plan_interval_s
-        if self.last_plan_s is not None and now - self.last_plan_s < s.min_dwell_s and not self.changed_since_plan:
+        dwell_s = self._dwell_s()
+        if self.last_plan_s is not None and now - self.last_plan_s < dwell_s and not self.changed_since_plan:
             return Decision(time_s=now, reason=f"dwell: last plan {now - self.last_plan_s:.0f} s ago "
-                                               f"(< {s.min_dwell_s:.0f} s)", notes=tuple(notes))
+                                               f"(< {dwell_s:.0f} s)", notes=tuple(notes))
         if not due and not self.changed_since_plan:
             return Decision(time_s=now, reason="observing", notes=tuple(notes))
         return self._plan(snapshot, now, notes)
@@ -394,13 +399,13 @@ class TridentPolicy:
     # --- planning --------------------------------------------------------------------------
 
     def _plan(self, snap: Snapshot, now: float, notes: list[str]) -> Decision:
-        self.last_look_s = now
         ops = [o for o in snap.operators if o.config.kind in ("task", "actor") and not o.completed]
         if not ops:
             return Decision(time_s=now, reason="nothing to plan: every operator is done", notes=tuple(notes))
         problem, rates, why_missing = self._problem(snap, ops)
-        if problem is None:
+        if problem is None:  # looked again at the next step: the missing evidence may come any moment
             return Decision(time_s=now, reason=why_missing, notes=tuple(notes))
+        self.last_look_s = now
         result = solve_placement(problem)
         self.changed_since_plan = False
         if not result.changed:  # the allocation is settled: tune the bottleneck's batch size
@@ -522,6 +527,12 @@ class TridentPolicy:
             cap = sum(spec.option(d).rate_rows_per_s * c for (o, d, _), c in cur.items() if o == spec.name)
             out[spec.name] = t * f / cap if cap > 0 else math.inf
         return out
+
+    def _dwell_s(self) -> float:
+        """Seconds a finished rollout stands: ``min_dwell_s``, or ``dwell_cold_starts`` times the
+        slowest cold start observed when that is longer (a change must pay for itself)."""
+        cold = max((tr.cold_start_s for tr in self.tracks.values() if tr.cold_start_s is not None), default=0.0)
+        return max(self.settings.min_dwell_s, self.settings.dwell_cold_starts * cold)
 
     def _cold(self, o: OperatorSnapshot) -> float:
         if o.config.kind != "actor":
