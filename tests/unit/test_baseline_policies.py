@@ -148,3 +148,14 @@ def test_ds2_keeps_sizing_from_a_source_that_has_read_everything():
     d = policy.step(chain(2, src_rows=100, src_busy=0.5, a_rows=100, a_busy=2.0, b_rows=100, b_busy=0.5), 2)
     assert d.plan is not None and "source idle" in d.reason
     assert {t.name: t.replicas for t in d.plan.targets}["A"] > 1
+
+
+def test_ds2_remembers_the_source_rate_of_a_window_discarded_for_starting_actors():
+    policy = DS2Policy(settings=DS2Settings(window_s=1.0, min_busy_s=0.5))
+    policy.step(chain(0, src_rows=0, src_busy=0, a_rows=0, a_busy=0, b_rows=0, b_busy=0), 0)
+    cold = chain(1, src_rows=100, src_busy=0.5, a_rows=0, a_busy=0, b_rows=0, b_busy=0)
+    cold = Snapshot(execution_id="e", seq=10, time_s=1.0, cluster=CLUSTER,
+                    operators=tuple(replace(o, actors_pending=2) if o.name == "A" else o for o in cold.operators))
+    assert "still starting" in policy.step(cold, 1.0).reason
+    d = policy.step(chain(2, src_rows=100, src_busy=0.5, a_rows=100, a_busy=2.0, b_rows=100, b_busy=0.5), 2)
+    assert d.plan is not None and "source idle" in d.reason

@@ -141,6 +141,7 @@ class DS2Policy:
         if elapsed_s < self.settings.window_s:
             return Decision(time_s=now, reason=f"ds2: observing ({elapsed_s:.1f}/{self.settings.window_s:.1f} s)")
         self._window_start = snapshot
+        self._observe_source(start, snapshot, elapsed_s)
         pending = sum(op.actors_pending for op in snapshot.operators)
         if pending:
             return Decision(time_s=now, reason=f"ds2: {pending} actors still starting; window discarded")
@@ -154,6 +155,16 @@ class DS2Policy:
         reason = "ds2: " + "; ".join(notes)
         return Decision(time_s=now, reason=reason, notes=tuple(notes),
                         plan=Plan(seq=self._plan_seq, targets=changed, reason=reason, created_at_s=now))
+
+    def _observe_source(self, start: Snapshot, end: Snapshot, elapsed_s: float) -> None:
+        """Remember the source's rate in every window, also one discarded for starting actors:
+        a batch source may read all its input in exactly those first seconds."""
+        before = {op.name: op for op in start.operators}
+        src = next((op for op in end.operators if op.config.kind in ("task", "actor") and op.name in before), None)
+        if src is not None:
+            rate = source_rate(before[src.name], src, elapsed_s, self.settings.min_busy_s) * self.settings.headroom
+            if rate > 0:
+                self._source_rate = rate
 
     def _targets(self, start: Snapshot, end: Snapshot, elapsed_s: float) -> tuple[list[OperatorTarget], list[str]]:
         before = {op.name: op for op in start.operators}
