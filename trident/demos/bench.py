@@ -301,7 +301,8 @@ def oracle(workload: Workload, curves, cluster: Cluster, *, log) -> tuple[float,
     return sum(b["wall_s"] for b in best.values()), best
 
 
-def _stage_work_s(rows: list[dict], curve: CostCurve, unit: str, batch_rows: int, time_scale: float) -> tuple[float, float]:
+def _stage_work_s(rows: list[dict], curve: CostCurve, unit: str, batch_rows: int,
+                  time_scale: float) -> tuple[float, float]:
     """(summed seconds, longest batch seconds) of a stage over ``rows`` in consecutive batches of
     ``batch_rows`` (a batch with no work costs nothing, as in the stand-in)."""
     total = longest = 0.0

@@ -68,7 +68,7 @@ class SnapshotBuilder:
     """Builds snapshots of one execution; keeps the previous counters to compute rates."""
 
     def __init__(self, *, executor: Any, execution_id: str, kinds: dict[Any, str], names: OperatorNames,
-                 cap_of: Any, cluster: "ClusterWatch") -> None:
+                 cap_of: Any, cluster: ClusterWatch) -> None:
         self.executor = executor
         self.execution_id = execution_id
         self.kinds = kinds
