@@ -141,11 +141,11 @@ class DS2Policy:
         if elapsed_s < self.settings.window_s:
             return Decision(time_s=now, reason=f"ds2: observing ({elapsed_s:.1f}/{self.settings.window_s:.1f} s)")
         self._window_start = snapshot
-        self._observe_source(start, snapshot, elapsed_s)
+        source_now = self._observe_source(start, snapshot, elapsed_s)
         pending = sum(op.actors_pending for op in snapshot.operators)
         if pending:
             return Decision(time_s=now, reason=f"ds2: {pending} actors still starting; window discarded")
-        targets, notes = self._targets(start, snapshot, elapsed_s)
+        targets, notes = self._targets(start, snapshot, source_now)
         changed = tuple(t for t in targets if self._current.get(t.name) != t.replicas)
         if not changed:
             return Decision(time_s=now, reason="ds2: targets unchanged", notes=tuple(notes))
@@ -156,17 +156,20 @@ class DS2Policy:
         return Decision(time_s=now, reason=reason, notes=tuple(notes),
                         plan=Plan(seq=self._plan_seq, targets=changed, reason=reason, created_at_s=now))
 
-    def _observe_source(self, start: Snapshot, end: Snapshot, elapsed_s: float) -> None:
-        """Remember the source's rate in every window, also one discarded for starting actors:
-        a batch source may read all its input in exactly those first seconds."""
+    def _observe_source(self, start: Snapshot, end: Snapshot, elapsed_s: float) -> float:
+        """The source's target rate in this window (0 when it produced nothing), remembered in
+        every window, also one discarded for starting actors: a batch source may read all its
+        input in exactly those first seconds."""
         before = {op.name: op for op in start.operators}
         src = next((op for op in end.operators if op.config.kind in ("task", "actor") and op.name in before), None)
-        if src is not None:
-            rate = source_rate(before[src.name], src, elapsed_s, self.settings.min_busy_s) * self.settings.headroom
-            if rate > 0:
-                self._source_rate = rate
+        if src is None:
+            return 0.0
+        rate = source_rate(before[src.name], src, elapsed_s, self.settings.min_busy_s) * self.settings.headroom
+        if rate > 0:
+            self._source_rate = rate
+        return rate
 
-    def _targets(self, start: Snapshot, end: Snapshot, elapsed_s: float) -> tuple[list[OperatorTarget], list[str]]:
+    def _targets(self, start: Snapshot, end: Snapshot, source_now: float) -> tuple[list[OperatorTarget], list[str]]:
         before = {op.name: op for op in start.operators}
         ops = [op for op in end.operators if op.config.kind in ("task", "actor") and op.name in before]
         targets: list[OperatorTarget] = []
@@ -175,16 +178,14 @@ class DS2Policy:
         for i, op in enumerate(ops):
             first = before[op.name]
             if i == 0:
-                target_out_rate = source_rate(first, op, elapsed_s, self.settings.min_busy_s) * self.settings.headroom
-                if target_out_rate <= 0 and self._source_rate is not None:
+                if source_now > 0:
+                    notes.append(f"{op.name}: source target {source_now:.1f} rows/s")
+                elif self._source_rate is not None:
                     # a source that has read everything (or is idle) keeps the rate it delivered
-                    target_out_rate = self._source_rate
-                    notes.append(f"{op.name}: source idle; its last rate {target_out_rate:.1f} rows/s stands")
-                elif target_out_rate <= 0:
-                    return [], [f"{op.name}: the source produced nothing yet; no target"]
+                    notes.append(f"{op.name}: source idle; its last rate {self._source_rate:.1f} rows/s stands")
                 else:
-                    notes.append(f"{op.name}: source target {target_out_rate:.1f} rows/s")
-                self._source_rate = target_out_rate
+                    return [], [f"{op.name}: the source produced nothing yet; no target"]
+                target_out_rate = self._source_rate
                 continue
             target_in_rate = target_out_rate or 0.0
             target_out_rate = target_in_rate * selectivity(op)
