@@ -208,3 +208,72 @@ def test_a_regime_change_keeps_the_memory_estimate_with_its_full_margin():
                                        detected_at_s=29.0, mean_before=1.0, mean_after=0.3,
                                        samples_since_change=4, reason="test"))
     assert policy._heap(tr, key) == pytest.approx(750 * 2**20 * (1 + policy.settings.memory_margin))
+
+
+def _ocr_at(snap, **changes):
+    """``snap`` with its ocr operator changed."""
+    from dataclasses import replace
+
+    ops = tuple(replace(o, **changes) if o.name == "ocr" else o for o in snap.operators)
+    return replace(snap, operators=ops)
+
+
+def test_a_stalled_pool_ends_its_regime_one_window_after_the_stall():
+    """Fast short rows (8 per task, one task a second), then a long row on which no task finishes:
+    the bound on the rate (8 rows / seconds stalled) ends the regime at the stall's start after
+    one window, and stands as the new regime's first rate, tightened while the stall lasts."""
+    policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5 * GiB, seed=0),
+                           settings=TridentSettings(bo_trials=0))
+    stall_at, notes = 20.0, []
+    for k in range(36):
+        t = float(k)
+        done = min(k, int(stall_at))
+        snap = _ocr_at(_ray_like(t, ocr_replicas=1, ocr_out=0, embed_out=0, total=400),
+                       rows_out_total=8 * done, rows_in_done_total=8 * done, tasks_finished=done,
+                       busy_s=0.5 * done, input_queue_blocks=400 - 8 * done, rows_in_total=8 * done + 16)
+        d = policy.step(snap, t)
+        notes += [(t, n) for n in d.notes if "no task finished" in n]
+    assert notes, "the stall was never noticed"
+    first_t, first = notes[0]
+    assert first_t - stall_at <= policy.settings.rate_window_s + 1.0, first
+    tr = policy.tracks["ocr"]
+    assert tr.regime_start_s == stall_at
+    (bound,) = [r for _, _, r in tr.rates]
+    assert bound == pytest.approx(8 / (35 - stall_at))  # tightened to the last snapshot
+    assert len(notes) == 1  # one regime change per stall
+
+
+def test_a_confirmed_heap_estimate_lets_the_next_plan_come_before_the_dwell_ends():
+    """The first plan keeps the full memory margin (4 replicas fit); once the heap stands on
+    enough replica samples the margin shrinks and the fifth replica is planned at once, not
+    after the dwell."""
+    policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5 * GiB, seed=0),
+                           settings=TridentSettings(bo_trials=0))
+    replicas, out, plans, complete_at = 1, 0.0, [], None
+    for k in range(80):
+        t = float(k)
+        d = policy.step(_ray_like(t, ocr_replicas=replicas, ocr_out=int(out), embed_out=0, total=400), t)
+        out += replicas / 4
+        if d.reason.startswith("rollout complete") and complete_at is None:
+            complete_at = t
+        if d.plan is not None:
+            plans.append(d)
+            (target,) = [x for x in d.plan.targets if x.name == "ocr"]
+            replicas = target.replicas
+            if len(plans) == 2:
+                break
+    assert [p.plan.targets[0].replicas for p in plans] == [4, 5], [p.reason for p in plans]
+    assert plans[1].time_s - complete_at < policy.settings.min_dwell_s, plans[1].reason
+    assert any("confirmed by" in n for n in plans[1].notes)
+
+
+def test_a_pool_whose_input_is_all_handed_out_is_not_scaled_up():
+    """The same slow, busy pool as above, but the reader is done and nothing is queued: its
+    last rows are in flight, so more replicas would only idle."""
+    policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5 * GiB, seed=0),
+                           settings=TridentSettings(bo_trials=0))
+    for k in range(60):
+        t = float(k)
+        snap = _ocr_at(_ray_like(t, ocr_replicas=1, ocr_out=k // 4, embed_out=8 * (k // 32)), input_queue_blocks=0)
+        d = policy.step(snap, t)
+        assert d.plan is None or all(x.name != "ocr" or (x.replicas or 1) <= 1 for x in d.plan.targets), d.reason

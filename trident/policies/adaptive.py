@@ -144,6 +144,7 @@ class _Track:
     bo_tried: int = 0
     selectivity: float = 1.0
     shifting: list = field(default_factory=list)  # (time_s, rate) of consecutive windows off the median
+    stall: tuple | None = None  # (since_s, tasks_finished, replicas, time_s of its bound sample or None)
 
 
 class TridentPolicy:
@@ -236,11 +237,11 @@ class TridentPolicy:
             tr.cold_start_s = waited if tr.cold_start_s is None else min(tr.cold_start_s, waited)
             tr.pending_since_s = None
         if op.heap_rss_per_replica_bytes:
-            tr.heap[key] = max(tr.heap.get(key, 0.0), float(op.heap_rss_per_replica_bytes))
-            tr.heap_samples[key] = tr.heap_samples.get(key, 0) + 1
+            notes += self._heap_sample(tr, op, key)
         tr.snaps.append((t, op))
         if op.completed:
             return notes
+        notes += self._check_stall(tr, op, key, t)
         cur = (t, op.rows_out_total, op.busy_s, op.rows_in_total, op.bytes_in_total)
         if tr.window is None or op.actors_pending > 0:
             tr.window = cur
@@ -249,7 +250,8 @@ class TridentPolicy:
             return notes
         t0, rows0, busy0, in0, bytes0 = tr.window
         busy = op.busy_s is not None and busy0 is not None and op.busy_s - busy0 > 0.2 * (t - t0)
-        if busy and op.rows_out_total == rows0 and t - t0 < self.settings.max_rate_window_s:
+        working = busy or (op.busy_s is not None and op.tasks_running > 0)
+        if working and op.rows_out_total == rows0 and t - t0 < self.settings.max_rate_window_s:
             return notes  # working on a long batch: the window lasts until rows come out
         tr.window = cur
         rate = None
@@ -279,6 +281,64 @@ class TridentPolicy:
             if shift >= self.settings.min_change:
                 notes.append(self._new_regime(tr, ev))
         return notes
+
+    def _heap_sample(self, tr: _Track, op: OperatorSnapshot, key: ConfigKey) -> list[str]:
+        """Record the largest heap per replica; every running replica is one sample. The plan is
+        revisited once the estimate stands on ``stable_heap_samples`` samples (its margin shrinks)."""
+        tr.heap[key] = max(tr.heap.get(key, 0.0), float(op.heap_rss_per_replica_bytes))
+        before = tr.heap_samples.get(key, 0)
+        tr.heap_samples[key] = before + max(1, op.actors_running)
+        if before < self.settings.stable_heap_samples <= tr.heap_samples[key]:
+            self.changed_since_plan = True
+            return [f"{tr.name}: heap {tr.heap[key] / 2**20:.0f} MiB per replica confirmed by "
+                    f"{tr.heap_samples[key]} replica samples; a third of the memory margin is kept"]
+        return []
+
+    def _check_stall(self, tr: _Track, op: OperatorSnapshot, key: ConfigKey, t: float) -> list[str]:
+        """Censored evidence: while no task of a working operator finishes, each replica makes at
+        most (rows per task) / (seconds stalled). Once that bound falls ``shift_ratio`` below the
+        rate the configuration was measured (or planned) at, the regime ends at the stall's start
+        and the bound stands as its first rate sample, tightened while the stall lasts. A slow
+        phase of the data is seen one window after it starts, not after two long windows."""
+        replicas = op.actors_running if op.config.kind == "actor" else op.tasks_running
+        if op.tasks_running == 0 or op.actors_pending > 0 or op.backpressured:
+            tr.stall = None
+            return []
+        if tr.stall is None or tr.stall[1] != op.tasks_finished or tr.stall[2] != replicas:
+            tr.stall = (t, op.tasks_finished, replicas, None)
+            return []
+        since, finished, _, bound_t = tr.stall
+        stalled_s = t - since
+        if finished == 0 or stalled_s < self.settings.rate_window_s:
+            return []
+        bound = op.rows_out_total / finished / stalled_s
+        if bound_t is not None:  # already a new regime: tighten its first sample
+            at = next((i for i, r in enumerate(tr.rates) if r[0] == bound_t and r[1] == key), None)
+            if at is not None:
+                tr.rates[at] = (t, key, bound)
+                tr.stall = (since, finished, replicas, t)
+            return []
+        measured = [r for _, k, r in tr.rates if k == key][-8:]
+        planned = self.assumed.get(tr.name)
+        if len(measured) >= self.settings.min_rate_windows:
+            ref = float(np.median(measured))
+        elif planned is not None and planned[0] == key:
+            ref = planned[1]
+        else:
+            return []
+        if bound * self.settings.shift_ratio >= ref:
+            return []
+        ev = ChangeEvent(signal=f"{tr.name} rows/s per replica", index=len(measured), changed_at_s=since,
+                         detected_at_s=t, mean_before=ref, mean_after=bound, samples_since_change=1,
+                         reason=f"{tr.name}: no task finished for {stalled_s:.0f} s, at most {bound:.3g} rows/s "
+                                f"per replica (was {ref:.3g})")
+        tr.rate_detector.reset()
+        tr.shifting = []
+        note = self._new_regime(tr, ev)
+        tr.rates = [r for r in tr.rates if r[0] > since]  # a window that closed as the stall began is the old regime's
+        tr.rates.append((t, key, bound))
+        tr.stall = (since, finished, replicas, t)
+        return [note]
 
     def _check_assumption(self, tr: _Track, key: ConfigKey, rate: float) -> list[str]:
         """A measured rate far off what the last plan assumed for this configuration ends the
@@ -472,6 +532,9 @@ class TridentPolicy:
                 rate_in, lo, hi = _UNKNOWN_RATE, replicas, replicas  # held as it is: no evidence to move it
             else:
                 rate_in = rate_out / max(tr.selectivity, 1e-12)
+            if o.input_queue_blocks == 0 and all(u.completed for u in snap.operators if u.index < o.index):
+                cap = max(replicas, lo or 0)  # its input is all handed out: more replicas would idle
+                hi = cap if hi is None else min(hi, cap)
             rates[o.name] = (rate_in, source)
             heap = self._heap(tr, key) or (heap_prior if o.config.kind == "actor" else 0.0)
             options = [DeviceOption(device=device, rate_rows_per_s=rate_in, cpus=o.config.num_cpus,
