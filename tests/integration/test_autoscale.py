@@ -155,6 +155,46 @@ def test_trident_policy_scales_the_backlogged_pool_early():
     assert max(sizes) == 4, sizes
 
 
+class UpThenDownPolicy:
+    """Test double: 3 replicas of the GPU pool once it has produced rows, 1 once the 3 run and
+    a sixth of the rows are out (while most of the input is still queued)."""
+
+    name = "test-up-then-down"
+
+    def __init__(self, *, context=None):
+        self.seq = 0
+
+    def step(self, snapshot, now):
+        op = next(o for o in snapshot.operators if "_SlowGpu" in o.name)
+        want = {0: 3 if op.rows_out_total else None,
+                1: 1 if op.actors_running == 3 and op.rows_out_total >= 150 else None}.get(self.seq)
+        if want is None:
+            return Decision(time_s=now, reason="hold")
+        self.seq += 1
+        plan = Plan(seq=self.seq, targets=(OperatorTarget(name=op.name, replicas=want),),
+                    reason=f"test: {want} replicas", created_at_s=now)
+        return Decision(time_s=now, reason=plan.reason, plan=plan)
+
+
+def test_scale_down_drains_busy_actors_while_input_is_queued():
+    """Ray releases only idle actors, and with a queue none is idle: trident stops giving the
+    surplus actors work and releases each once its tasks are done, so the pool is down to the
+    target long before the queue is, and every row still comes out once."""
+    ds = (ray.data.range(900, override_num_blocks=90)
+          .map_batches(_SlowGpu, compute=ActorPoolStrategy(min_size=1, max_size=4), num_gpus=0.5, batch_size=10))
+    with trident.autoscale(policy=UpThenDownPolicy, interval_s=0.25) as run:
+        rows = ds.take_all()
+    assert_each_id_once(rows, 900)
+    (execution,) = run.executions
+    down = [d for d in execution.decisions if d.plan is not None][1]
+    name = down.plan.targets[0].name
+    after = [s.operator(name) for s in execution.snapshots if s.time_s > down.time_s]
+    assert any(a.kind == "drain" for a in execution.actions), [a.detail for a in execution.actions]
+    shrunk = [o for o in after if o.actors_running == 1]
+    assert shrunk and shrunk[0].rows_out_total < 600, [(o.actors_running, o.rows_out_total) for o in after]
+    assert max(o.actors_running for o in after[len(after) - len(shrunk):]) == 1
+
+
 class CapPolicy:
     """Test double: task-op cap 1, raised to 3 after 8 tasks, lowered to 1 after 25 tasks."""
 

@@ -64,6 +64,33 @@ def resize(pool: Any, *, size: int, target: int, budget: Any, reason: str) -> in
     return 0
 
 
+def drain_to(pool: Any, target: int) -> tuple[int, int]:
+    """Shrink ``pool`` to ``target`` actors when busy ones stand in the way: Ray's scale-down
+    releases only pending or idle actors, and in a pool with a queue none is ever idle.
+    Actors beyond the target (those with the fewest tasks in flight) stop getting work; each
+    is released once its tasks in flight are done, so every submitted task completes.
+    Returns (actors newly drained, actors released)."""
+    pool = with_retiring(pool)
+    retiring = pool.trident_retiring
+    retiring &= set(pool._running_actors)
+    serving = [a for a in pool._running_actors if a not in retiring]
+    over = len(serving) + pool.num_pending_actors() - target
+    drained = 0
+    if over < 0:  # the target rose again: drained actors still at work serve once more
+        for actor in list(retiring)[:-over]:
+            retiring.discard(actor)
+    for actor in sorted(serving, key=lambda a: pool._running_actors[a].num_tasks_in_flight)[:max(over, 0)]:
+        stop_scheduling(pool, actor)
+        drained += 1
+    released = 0
+    for actor in list(retiring):
+        if pool._running_actors[actor].num_tasks_in_flight == 0:
+            pool._release_running_actor(actor)
+            retiring.discard(actor)
+            released += 1
+    return drained, released
+
+
 def new_remote_args(remote_args: dict, target: OperatorTarget) -> dict:
     """The operator's actor remote args with the target's ``num_gpus`` / accelerator type."""
     args = dict(remote_args)
