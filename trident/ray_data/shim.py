@@ -113,6 +113,10 @@ class ExecutionShim:
         for rollout in self.rollouts.values():
             rollout.abandon()
         self.rollouts.clear()
+        for op, kind in self.kinds.items():  # actors drained by a scale-down get work again
+            pool = op.get_autoscaling_actor_pools()[0] if kind == "actor" else None
+            if getattr(pool, "trident_retiring", None):
+                pool.trident_retiring.clear()
         if self.cap_policy is not None:
             self.cap_policy.enabled = False
             if self.cap_policy in self.executor._backpressure_policies:
