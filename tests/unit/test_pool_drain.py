@@ -4,7 +4,7 @@ from dataclasses import dataclass
 import pytest
 
 pytest.importorskip("ray")
-from trident.ray_data.rollout import drain_to  # noqa: E402
+from trident.ray_data.rollout import drain_to, drive_to  # noqa: E402
 
 
 @dataclass
@@ -32,6 +32,22 @@ class _Pool:
     def _release_running_actor(self, actor) -> None:
         del self._running_actors[actor]
         self.released.append(actor)
+
+    def current_size(self) -> int:
+        return len(self._running_actors) + self.pending
+
+    def scale(self, req) -> int:  # Ray's scale-down: pending actors, then idle ones
+        released = 0
+        for _ in range(-req.delta):
+            idle = next((a for a, st in self._running_actors.items() if st.num_tasks_in_flight == 0), None)
+            if self.pending:
+                self.pending -= 1
+            elif idle is not None:
+                self._release_running_actor(idle)
+            else:
+                break
+            released += 1
+        return -released
 
 
 def test_surplus_busy_actors_stop_getting_work_and_go_once_done():
@@ -62,3 +78,20 @@ def test_a_rising_target_puts_drained_actors_back_to_work():
 def test_pending_actors_count_toward_the_target():
     pool = _Pool({"a": 1, "b": 1}, pending=1)
     assert drain_to(pool, 2) == (1, 0)
+
+
+def test_while_busy_actors_drain_the_one_left_serving_stays():
+    """Drained actors do not count as the pool's size: Ray's scale-down must not release the
+    idle actor that is to keep the pool going while the drained ones finish."""
+    pool = _Pool({"a": 2, "b": 2, "c": 2, "d": 1})
+    assert drive_to(pool, target=1, budget=None, reason="test") == (3, 0)
+    (kept,) = set(pool._running_actors) - pool.trident_retiring
+    pool._running_actors[kept].num_tasks_in_flight = 0  # it went idle for a moment
+    drive_to(pool, target=1, budget=None, reason="test")
+    assert kept in pool._running_actors and kept not in pool.released
+
+
+def test_a_pending_actor_is_cancelled_before_a_busy_one_is_drained():
+    pool = _Pool({"a": 2, "b": 2}, pending=1)
+    assert drive_to(pool, target=2, budget=None, reason="test") == (0, 0)
+    assert pool.pending == 0 and len(pool._running_actors) == 2

@@ -64,6 +64,28 @@ def resize(pool: Any, *, size: int, target: int, budget: Any, reason: str) -> in
     return 0
 
 
+def _retiring(pool: Any) -> set:
+    """The pool's drained actors that are still running (empty for a pool never drained)."""
+    retiring = getattr(pool, "trident_retiring", None)
+    if retiring is None:
+        return set()
+    retiring &= set(pool._running_actors)
+    return retiring
+
+
+def drive_to(pool: Any, *, target: int, budget: Any, reason: str) -> tuple[int, int]:
+    """One step of ``pool`` toward ``target`` actors that get work. A rising target first puts
+    drained actors back to work; then Ray's own scaling (scale-up within ``budget``; scale-down
+    of pending, then idle actors); then busy surplus actors are drained (:func:`drain_to`).
+    Drained actors do not count as the pool's size. Returns (actors drained, actors released)."""
+    if _retiring(pool) and pool.current_size() - len(_retiring(pool)) < target:
+        drain_to(pool, target)
+    resize(pool, size=pool.current_size() - len(_retiring(pool)), target=target, budget=budget, reason=reason)
+    if _retiring(pool) or pool.current_size() > target:
+        return drain_to(pool, target)
+    return 0, 0
+
+
 def drain_to(pool: Any, target: int) -> tuple[int, int]:
     """Shrink ``pool`` to ``target`` actors when busy ones stand in the way: Ray's scale-down
     releases only pending or idle actors, and in a pool with a queue none is ever idle.
@@ -71,8 +93,7 @@ def drain_to(pool: Any, target: int) -> tuple[int, int]:
     is released once its tasks in flight are done, so every submitted task completes.
     Returns (actors newly drained, actors released)."""
     pool = with_retiring(pool)
-    retiring = pool.trident_retiring
-    retiring &= set(pool._running_actors)
+    retiring = _retiring(pool)
     serving = [a for a in pool._running_actors if a not in retiring]
     over = len(serving) + pool.num_pending_actors() - target
     drained = 0

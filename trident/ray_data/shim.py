@@ -260,7 +260,7 @@ class ExecutionShim:
 
     def drive_pools(self) -> None:
         """Called instead of Ray's actor autoscaler, every scheduling step."""
-        from trident.ray_data.rollout import drain_to, resize
+        from trident.ray_data.rollout import drive_to, resize
 
         rm = self.executor._resource_manager
         for op, state in self.executor._topology.items():
@@ -291,13 +291,10 @@ class ExecutionShim:
             target = self.pool_targets.get(op)
             if target is None:
                 target = max(pool.min_size(), min(pool.current_size(), pool.max_size()))
-            resize(pool, size=pool.current_size(), target=target, budget=rm.get_budget(op),
-                   reason="trident pool target")
-            if target < pool.current_size() or getattr(pool, "trident_retiring", None):
-                drained, released = drain_to(pool, target)
-                if drained or released:
-                    self._action(self.now_s(), self.names.by_op[op], "drain",
-                                 f"{drained} busy actor(s) stop getting work, {released} released when done")
+            drained, released = drive_to(pool, target=target, budget=rm.get_budget(op), reason="trident pool target")
+            if drained or released:
+                self._action(self.now_s(), self.names.by_op[op], "drain",
+                             f"{drained} busy actor(s) stop getting work, {released} released when done")
         self._check_reached(self.now_s())
 
     def _check_reached(self, now: float) -> None:
