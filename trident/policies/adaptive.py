@@ -4,7 +4,8 @@ Each step it observes every operator: per-replica throughput over short windows 
 per busy replica-second when the snapshot has ``busy_s``, else sustainable samples),
 input bytes per row, heap per replica and cold starts. Changepoints on throughput and
 row size end a regime, and so do two rate windows in a row far off the configuration's
-median (a fast check for short runs): samples from before are dropped, the old model is remembered
+median (a fast check for short runs), and so does a stall (no task finishing) that bounds the
+rate far below it: samples from before are dropped, the old model is remembered
 (a regime that recurs reuses it at once) and the plan is revisited. Per operator, the
 filtered samples fit a GP model (on a window, when due or after a change, never on
 every step). Memory-constrained BO tunes the bottleneck's batch size when a memory
