@@ -115,13 +115,20 @@ class _SlowGpu:
 REACH_BOUND_S = 45.0  # generous: a new actor takes ~3 s on an idle 2-core machine, far more under load
 
 
-def test_pool_reaches_policy_target_within_bounded_time():
-    ds = (ray.data.range(600, override_num_blocks=60)
+def _slow_gpu_run(n, policy):
+    """``n`` rows in blocks of 10 through a pool of 1-4 ``_SlowGpu`` actors under ``policy``;
+    checks every row came out once and returns the rows and the execution's record."""
+    ds = (ray.data.range(n, override_num_blocks=n // 10)
           .map_batches(_SlowGpu, compute=ActorPoolStrategy(min_size=1, max_size=4), num_gpus=0.5, batch_size=10))
-    with trident.autoscale(policy=PoolTargetPolicy, interval_s=0.25) as run:
+    with trident.autoscale(policy=policy, interval_s=0.25) as run:
         rows = ds.take_all()
-    assert_each_id_once(rows, 600)
+    assert_each_id_once(rows, n)
     (execution,) = run.executions
+    return rows, execution
+
+
+def test_pool_reaches_policy_target_within_bounded_time():
+    rows, execution = _slow_gpu_run(600, PoolTargetPolicy)
     (target,) = [a for a in execution.actions if a.kind == "pool_target"]
     assert target.value == 3
     reached = [a for a in execution.actions if a.kind == "target_reached"]
@@ -180,12 +187,7 @@ def test_scale_down_drains_busy_actors_while_input_is_queued():
     """Ray releases only idle actors, and with a queue none is idle: trident stops giving the
     surplus actors work and releases each once its tasks are done, so the pool is down to the
     target long before the queue is, and every row still comes out once."""
-    ds = (ray.data.range(900, override_num_blocks=90)
-          .map_batches(_SlowGpu, compute=ActorPoolStrategy(min_size=1, max_size=4), num_gpus=0.5, batch_size=10))
-    with trident.autoscale(policy=UpThenDownPolicy, interval_s=0.25) as run:
-        rows = ds.take_all()
-    assert_each_id_once(rows, 900)
-    (execution,) = run.executions
+    _, execution = _slow_gpu_run(900, UpThenDownPolicy)
     down = [d for d in execution.decisions if d.plan is not None][1]
     name = down.plan.targets[0].name
     after = [s.operator(name) for s in execution.snapshots if s.time_s > down.time_s]
