@@ -78,10 +78,11 @@ def drive_to(pool: Any, *, target: int, budget: Any, reason: str) -> tuple[int, 
     drained actors back to work; then Ray's own scaling (scale-up within ``budget``; scale-down
     of pending, then idle actors); then busy surplus actors are drained (:func:`drain_to`).
     Drained actors do not count as the pool's size. Returns (actors drained, actors released)."""
-    if _retiring(pool) and pool.current_size() - len(_retiring(pool)) < target:
+    retiring = _retiring(pool)  # the pool's own set: un-retiring below updates it in place
+    if retiring and pool.current_size() - len(retiring) < target:
         drain_to(pool, target)
-    resize(pool, size=pool.current_size() - len(_retiring(pool)), target=target, budget=budget, reason=reason)
-    if _retiring(pool) or pool.current_size() > target:
+    resize(pool, size=pool.current_size() - len(retiring), target=target, budget=budget, reason=reason)
+    if retiring or pool.current_size() > target:
         return drain_to(pool, target)
     return 0, 0
 
