@@ -31,6 +31,8 @@ class OperatorConfig:
     num_cpus: float = 1.0
     num_gpus: float = 0.0
     accelerator_type: str | None = None
+    max_concurrency: int = 1
+    """Tasks one actor runs at once (Ray's ``max_concurrency``; 1 for task operators)."""
 
     def __post_init__(self) -> None:
         if self.kind not in ("task", "actor", "other"):
@@ -45,6 +47,8 @@ class OperatorConfig:
             raise ConfigError("batch_size", self.batch_size, "a positive integer or None")
         if self.num_cpus < 0 or self.num_gpus < 0:
             raise ConfigError("num_cpus/num_gpus", (self.num_cpus, self.num_gpus), "non-negative numbers")
+        if self.max_concurrency < 1:
+            raise ConfigError("max_concurrency", self.max_concurrency, "an integer >= 1")
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,9 @@ class Snapshot:
     cluster: ClusterView
     input_rows_total: int | None = None
     """Rows the first operator receives in all, when known (``None`` for an open-ended stream)."""
+    applied_plan_seq: int = 0
+    """The newest plan the executor had applied when this snapshot was taken (a policy waits for
+    its plan to be applied before it judges whether a target is being reached)."""
 
     def operator(self, name: str) -> OperatorSnapshot:
         for op in self.operators:
@@ -164,6 +171,15 @@ class Plan:
         return next((t for t in self.targets if t.name == name), None)
 
 
+DECISION_KINDS = ("observe", "dwell", "keep", "plan", "inner", "tune", "rollout", "replan", "done", "error", "")
+"""What a decision was, for tests and tools that should not parse its reason: ``observe``
+(waiting for evidence), ``dwell`` (a recent plan stands), ``keep`` (looked, nothing worth
+changing), ``plan`` (the planner's new allocation), ``inner`` (the reactive inner loop moved a
+pool), ``tune`` (a batch size tried), ``rollout`` (a rollout phase began or is waited on),
+``replan`` (a target was not reached: the obstacle is named and the plan redone), ``done``,
+``error`` (the policy failed and keeps the current plan); ``""`` for policies that say nothing."""
+
+
 @dataclass(frozen=True)
 class Decision:
     """What the control loop decided at one step: a new plan, or ``None`` to keep the current one."""
@@ -172,6 +188,11 @@ class Decision:
     reason: str
     plan: Plan | None = None
     notes: tuple[str, ...] = field(default=())
+    kind: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in DECISION_KINDS:
+            raise ConfigError("Decision.kind", self.kind, f"one of {DECISION_KINDS}")
 
 
 def with_config(op: OperatorSnapshot, **changes) -> OperatorSnapshot:

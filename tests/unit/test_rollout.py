@@ -53,11 +53,15 @@ def test_config_change_is_a_rolling_update():
     assert "batch_size 16 -> 32" in step.reason and "accelerator A -> B" in step.reason
 
 
-def test_gate_refuses_when_gain_times_remaining_work_is_below_cold_start():
+def test_gate_refuses_when_gain_times_remaining_work_is_below_what_the_cold_start_costs():
     targets = (OperatorTarget(name="ocr", replicas=3),)
-    # 1,000 rows left: 10 s at 100 rows/s, 6.7 s at 150 rows/s; 3.3 s saved < the 20 s cold start
+    # 1,000 rows left: 10 s at 100 rows/s, 6.7 s at 150 rows/s; 3.3 s saved. The two replicas keep
+    # working while the third starts, so the 20 s cold start costs 20 x (1 - 100/150) = 6.7 s
     small = plan_rollout(CURRENT, targets, _inputs(remaining_rows=1_000))
-    assert not small.go and "not more than the 20.0 s cold start" in small.reason
+    assert not small.go and "not more than 6.7 s it costs" in small.reason
+    # 3,000 rows left: 10 s saved > 6.7 s, although less than the whole cold start
+    medium = plan_rollout(CURRENT, targets, _inputs(remaining_rows=3_000))
+    assert medium.go and 6.7 < medium.time_saved_s < 20.0
     big = plan_rollout(CURRENT, targets, _inputs(remaining_rows=1_000_000))
     assert big.go and big.time_saved_s > 20.0
     stream = plan_rollout(CURRENT, targets, _inputs(remaining_rows=None))

@@ -5,7 +5,7 @@ import pytest
 
 from trident.control.loop import ControlLoop
 from trident.control.policy import POLICIES, PolicyContext
-from trident.policies.adaptive import TridentPolicy, TridentSettings
+from trident.policies.trident import TridentPolicy, TridentSettings, estimates
 from trident.sim.pipeline import PipelineSpec, Regime, SimNodes, SimOperator, simulate
 from trident.types import ClusterView, OperatorConfig, OperatorSnapshot, Snapshot
 
@@ -101,6 +101,7 @@ def _op(name, index, *, replicas, queue, rows_out_total, rows_per_s, running, ki
                               batch_size=16 if kind == "actor" else None),
         rows_out_total=rows_out_total, rows_in_total=rows_out_total, bytes_in_total=rows_out_total * 1000,
         rows_out_per_s=rows_per_s, tasks_running=running, input_queue_blocks=queue,
+        tasks_in_flight=running + min(queue, running) if kind == "actor" else 0,
         actors_running=running if kind == "actor" else 0, heap_rss_per_replica_bytes=GiB if kind == "actor" else None)
 
 
@@ -202,12 +203,12 @@ def test_a_regime_change_keeps_the_memory_estimate_with_its_full_margin():
         policy.step(_ray_like(float(k), ocr_replicas=4, ocr_out=k, embed_out=0), float(k))
     tr = policy.tracks["ocr"]
     key = (1, "gpu", 1.0)
-    settled = policy._heap(tr, key)
+    settled = estimates.heap(tr, key, policy.settings)
     assert settled == pytest.approx(750 * 2**20 * (1 + policy.settings.memory_margin / 3))
-    policy._new_regime(tr, ChangeEvent(signal="ocr rows/s per replica", index=20, changed_at_s=25.0,
+    policy.observer.new_regime(tr, ChangeEvent(signal="ocr rows/s per replica", index=20, changed_at_s=25.0,
                                        detected_at_s=29.0, mean_before=1.0, mean_after=0.3,
                                        samples_since_change=4, reason="test"))
-    assert policy._heap(tr, key) == pytest.approx(750 * 2**20 * (1 + policy.settings.memory_margin))
+    assert estimates.heap(tr, key, policy.settings) == pytest.approx(750 * 2**20 * (1 + policy.settings.memory_margin))
 
 
 def _ocr_at(snap, **changes):
@@ -238,7 +239,7 @@ def test_a_stalled_pool_ends_its_regime_one_window_after_the_stall():
     assert first_t - stall_at <= policy.settings.rate_window_s + 1.0, first
     tr = policy.tracks["ocr"]
     assert tr.regime_start_s == stall_at
-    (bound,) = [r for _, _, r in tr.rates]
+    (bound,) = [r.rows_per_s for r in tr.rates]
     assert bound == pytest.approx(8 / (35 - stall_at))  # tightened to the last snapshot
     assert len(notes) == 1  # one regime change per stall
 

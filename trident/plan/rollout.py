@@ -3,8 +3,10 @@
 New replicas come up before old ones drain, so throughput never dips during a
 change: the bottleneck's additions first, then drains of over-provisioned
 operators, then additions that need the resources those drains free. A change is
-made only when the time it saves on the remaining work exceeds the cold start it
-costs.
+made only when the time it saves on the remaining work exceeds what it costs: the
+cold start, or, when no drain takes an operator below the current throughput (the
+pipeline keeps its pace while new replicas start), the cold start times the share of
+the new throughput that waits for it.
 """
 from __future__ import annotations
 
@@ -131,15 +133,32 @@ def plan_rollout(current: dict[str, OperatorConfig], targets: tuple[OperatorTarg
     if not steps:
         return Rollout(steps=(), go=False, reason="nothing to change", time_saved_s=0.0, cold_start_s=0.0)
     gain = f"{inputs.current_throughput_rows_per_s:.1f} -> {inputs.new_throughput_rows_per_s:.1f} rows/s"
+    cost, what = cold, f"the {cold:.1f} s cold start"
+    if starting and not _dips(steps, inputs) and inputs.new_throughput_rows_per_s > 0:
+        # no drain takes an operator below the current throughput and new replicas come up before
+        # old ones go: the pipeline keeps its pace while they start, so only the gain waits
+        ratio = inputs.current_throughput_rows_per_s / inputs.new_throughput_rows_per_s
+        cost, what = cold * (1 - ratio), f"{cold * (1 - ratio):.1f} s it costs ({cold:.1f} s cold start of the gain)"
     if not starting:
         go, why = saved >= 0, f"drain only ({gain}); no cold start to pay"
-    elif saved > cold:
+    elif saved > cost:
         left = "an unbounded stream" if inputs.remaining_rows is None else f"{inputs.remaining_rows:.0f} rows left"
-        go, why = True, f"{gain} saves {_fmt_s(saved)} on {left}, more than the {cold:.1f} s cold start"
+        go, why = True, f"{gain} saves {_fmt_s(saved)} on {left}, more than {what}"
     else:
         go, why = False, (f"{gain} would save {_fmt_s(saved)} on {inputs.remaining_rows or 0:.0f} rows left, "
-                          f"not more than the {cold:.1f} s cold start")
+                          f"not more than {what}")
     return Rollout(steps=tuple(steps), go=go, reason=why, time_saved_s=saved, cold_start_s=cold)
+
+
+def _dips(steps: list[RolloutStep], inputs: RolloutInputs) -> bool:
+    """Whether a drain leaves its operator too few replicas for the current throughput
+    (utilisation x replicas before / after > 1), or the utilisation is not known."""
+    for s in steps:
+        if s.action == "scale_down":
+            util = inputs.utilisation.get(s.operator)
+            if util is None or s.replicas_to <= 0 or util * s.replicas_from / s.replicas_to > 1.0:
+                return True
+    return False
 
 
 def _fmt_s(s: float) -> str:

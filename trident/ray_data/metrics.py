@@ -82,11 +82,12 @@ class SnapshotBuilder:
             if kinds[op] != "other":
                 recent_samples_tracker(op.metrics.max_uss_bytes)
 
-    def snapshot(self, time_s: float) -> Snapshot:
+    def snapshot(self, time_s: float, *, applied_plan_seq: int = 0) -> Snapshot:
         ops = tuple(self._operator(i, op, state, time_s) for i, (op, state) in enumerate(self.executor._topology.items()))
         self.seq += 1
         return Snapshot(execution_id=self.execution_id, seq=self.seq, time_s=time_s, operators=ops,
-                        cluster=self.cluster.view(time_s), input_rows_total=self._input_rows_total())
+                        cluster=self.cluster.view(time_s), input_rows_total=self._input_rows_total(),
+                        applied_plan_seq=applied_plan_seq)
 
     def _input_rows_total(self) -> int | None:
         """Rows the source operator will emit in all, when Ray Data knows (from block metadata)."""
@@ -102,7 +103,8 @@ class SnapshotBuilder:
         if kind == "actor":
             pool = op.get_autoscaling_actor_pools()[0]
             return OperatorConfig(kind="actor", replicas=pool.current_size(), min_replicas=pool.min_size(),
-                                  max_replicas=pool.max_size(), **common)
+                                  max_replicas=pool.max_size(), max_concurrency=int(pool.max_actor_concurrency()),
+                                  **common)
         if kind == "task":
             return OperatorConfig(kind="task", replicas=self.cap_of(op), min_replicas=1, **common)
         return OperatorConfig(kind="other", replicas=None, min_replicas=0)

@@ -177,7 +177,7 @@ class ExecutionShim:
         if not force and now - self.last_observed_s < self.config.interval_s:
             return
         self.last_observed_s = now
-        snapshot = self.builder.snapshot(now)
+        snapshot = self.builder.snapshot(now, applied_plan_seq=self.applied_plan_seq)
         self.record.snapshots.append(snapshot)
         if self.client is not None and not self.run._closed:
             self.client.send(snapshot)
@@ -291,7 +291,7 @@ class ExecutionShim:
             target = self.pool_targets.get(op)
             if target is None:
                 target = max(pool.min_size(), min(pool.current_size(), pool.max_size()))
-            drained, released = drive_to(pool, target=target, budget=rm.get_budget(op), reason="trident pool target")
+            drained, released = drive_to(pool, target=target, budget=None, reason="trident pool target")
             if drained or released:
                 self._action(self.now_s(), self.names.by_op[op], "drain",
                              f"{drained} busy actor(s) stop getting work, {released} released when done")

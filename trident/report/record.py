@@ -118,7 +118,7 @@ def _snapshot(d: dict[str, Any]) -> Snapshot:
     c = d["cluster"]
     cluster = ClusterView(**{**c, "gpus_by_type": tuple(tuple(x) for x in c.get("gpus_by_type", ()))})
     return Snapshot(execution_id=d["execution_id"], seq=d["seq"], time_s=d["time_s"], operators=ops, cluster=cluster,
-                    input_rows_total=d.get("input_rows_total"))
+                    input_rows_total=d.get("input_rows_total"), applied_plan_seq=d.get("applied_plan_seq", 0))
 
 
 def _decision(d: dict[str, Any]) -> Decision:
@@ -126,7 +126,8 @@ def _decision(d: dict[str, Any]) -> Decision:
     if plan is not None:
         plan = Plan(seq=plan["seq"], targets=tuple(OperatorTarget(**t) for t in plan["targets"]),
                     reason=plan["reason"], created_at_s=plan["created_at_s"])
-    return Decision(time_s=d["time_s"], reason=d["reason"], plan=plan, notes=tuple(d.get("notes", ())))
+    return Decision(time_s=d["time_s"], reason=d["reason"], plan=plan, notes=tuple(d.get("notes", ())),
+                    kind=d.get("kind", ""))
 
 
 def _execution(d: dict[str, Any]) -> ExecutionRecord:

@@ -11,10 +11,15 @@ the cluster's CPUs and GPUs (per accelerator type) allow; when the warm replicas
 exceeds the memory limit, the OOM killer restarts the largest ones.
 
 Every ``interval_s`` the simulator builds a :class:`~trident.types.Snapshot` as the
-Ray shim would and calls :meth:`ControlLoop.step`; plan targets are applied as the shim
-applies them (replica counts at once, configuration changes as rolling updates: new
-replicas first, old ones drained when the new ones are warm; on a full cluster a quarter
-at a time). Deterministic for a seed.
+Ray shim would (tasks in flight as Ray's actor pools count them: up to two per actor while
+a backlog waits) and calls :meth:`ControlLoop.step`; plan targets are applied as the shim
+applies them (:mod:`trident.ray_data.rollout`): sizes clamped to the pool's bounds; a
+scale-down cancels pending replicas first, then drains busy ones, which finish the batch
+they hold before they go; a configuration change is a rolling update in which each new
+replica that is warm retires one old one (drained the same way), and one old replica is
+drained to make room when no new one has started for ``PENDING_GUARD_S``. The contract
+test (``tests/unit/test_actuation_contract.py``) holds the simulator and the shim's pool
+driver to the same outcomes. Deterministic for a seed.
 """
 from __future__ import annotations
 
@@ -37,6 +42,9 @@ from trident.types import (
 )
 
 CPU = "cpu"
+PENDING_GUARD_S = 30.0
+"""Seconds a rolling update waits for a new replica to start before it drains an old one to
+make room (as :class:`trident.ray_data.rollout.Rollout`)."""
 
 
 @dataclass(frozen=True)
@@ -178,7 +186,9 @@ class _Group:
     ready_at_s: float | None  # None while waiting for resources
     gpu_type: str | None = None
     retiring: bool = False
-    """Old configuration, drained once every replica of the new one is warm."""
+    """Old configuration, retired one for each new replica that is warm."""
+    release_at_s: float | None = None
+    """Set while draining: the replicas finish the batch they hold and go at this time."""
 
 
 @dataclass
@@ -199,6 +209,11 @@ class _OpState:
     completed: bool = False
     last_rows_out: float = 0.0
     last_bytes_out: float = 0.0
+    utilisation: float = 0.0
+    """Share of the warm replicas' capacity used in the last step (0-1)."""
+    retired: int = 0
+    """Old replicas retired in the rolling update in progress."""
+    rollout_started_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -316,10 +331,11 @@ class PipelineSim:
         changed_cfg = (new_batch, new_gpus, new_type) != (st.batch_size, st.num_gpus, st.accelerator_type)
         if changed_cfg and st.spec.kind == "actor":
             for g in st.groups:
-                if g.ready_at_s is None:
-                    g.count = 0
+                if not self._is_warm(g):
+                    g.count = 0  # pending replicas would come up with the old configuration
                 g.retiring = True
             st.groups = [g for g in st.groups if g.count > 0]
+            st.retired, st.rollout_started_s = 0, self.time_s
         elif changed_cfg:  # tasks pick up a new configuration with their next task
             for g in st.groups:
                 g.batch_size, g.num_gpus, g.accelerator_type = new_batch, new_gpus, new_type
@@ -328,7 +344,7 @@ class PipelineSim:
         if changed_cfg or n != st.config_replicas:
             self.reconfigurations += 1
         st.batch_size, st.num_gpus, st.accelerator_type = new_batch, new_gpus, new_type
-        live = sum(g.count for g in st.groups if not g.retiring)
+        live = sum(g.count for g in st.groups if not g.retiring and g.release_at_s is None)
         if n > live:
             st.groups.append(_Group(count=n - live, batch_size=new_batch, num_gpus=new_gpus,
                                     accelerator_type=new_type, ready_at_s=None))
@@ -338,38 +354,58 @@ class PipelineSim:
         self._start_pending()
 
     def _remove(self, st: _OpState, k: int) -> None:
-        """Scale down by ``k``: waiting replicas first, then the newest."""
-        order = sorted((g for g in st.groups if not g.retiring),
-                       key=lambda g: (g.ready_at_s is not None, -(g.ready_at_s or 0.0)))
+        """Scale down by ``k``: pending replicas are cancelled first (the newest first), then warm
+        ones are drained: they finish the batch they hold and go (:meth:`_drain`)."""
+        order = sorted((g for g in st.groups if not g.retiring and g.release_at_s is None),
+                       key=lambda g: (self._is_warm(g), -(g.ready_at_s or 0.0)))
         for g in order:
             take = min(k, g.count)
-            g.count -= take
+            if self._is_warm(g):
+                self._drain(st, g, take)
+            else:
+                g.count -= take
             k -= take
             if k == 0:
                 break
         st.groups = [g for g in st.groups if g.count > 0]
 
+    def _is_warm(self, g: _Group) -> bool:
+        return g.ready_at_s is not None and g.ready_at_s <= self.time_s
+
+    def _drain(self, st: _OpState, g: _Group, k: int) -> None:
+        """``k`` warm replicas of ``g`` stop getting work and go once their batch is done."""
+        if k <= 0:
+            return
+        dev = st.spec.device(g.gpu_type or g.accelerator_type, g.num_gpus)
+        rate = st.spec.rate_rows_per_s(dev, g.batch_size, self._regime(self.ops.index(st), st))
+        batch_s = (g.batch_size or 1) / rate if rate > 0 else 0.0
+        g.count -= k
+        st.groups.append(_Group(count=k, batch_size=g.batch_size, num_gpus=g.num_gpus,
+                                accelerator_type=g.accelerator_type, ready_at_s=g.ready_at_s, gpu_type=g.gpu_type,
+                                retiring=g.retiring, release_at_s=self.time_s + batch_s))
+
     def _finish_rollouts(self) -> None:
-        """Drain old replicas once the new ones are all warm. When new ones wait for resources the
-        old ones hold, drain a quarter of the old ones at a time, the next quarter once the
-        replicas started in their place are warm (a rolling update on a full cluster)."""
+        """Release drained replicas whose batch is done; in a rolling update retire one old
+        replica for each new one that is warm, and one to make room when no new replica has
+        started for ``PENDING_GUARD_S`` (as the shim's :class:`~trident.ray_data.rollout.Rollout`)."""
         for st in self.ops:
-            new = [g for g in st.groups if not g.retiring]
-            old = [g for g in st.groups if g.retiring]
+            st.groups = [g for g in st.groups if g.release_at_s is None or g.release_at_s > self.time_s]
+            old = [g for g in st.groups if g.retiring and g.release_at_s is None]
             if not old:
+                st.rollout_started_s = None
                 continue
-            if all(g.ready_at_s is not None and g.ready_at_s <= self.time_s for g in new):
-                st.groups = new
-                continue
-            waiting = sum(g.count for g in new if g.ready_at_s is None)
-            warming = any(g.ready_at_s is not None and g.ready_at_s > self.time_s for g in new)
-            if waiting and not warming:
-                k = min(waiting, max(1, math.ceil(sum(g.count for g in new) / 4)))
-                for g in old:
-                    take = min(k, g.count)
-                    g.count -= take
-                    k -= take
-                st.groups = [g for g in st.groups if g.count > 0]
+            warm_new = sum(g.count for g in st.groups if not g.retiring and self._is_warm(g)
+                           and g.release_at_s is None)
+            k = max(0, warm_new - st.retired)
+            started = any(not g.retiring and g.ready_at_s is not None for g in st.groups)
+            if k == 0 and not started and self.time_s - (st.rollout_started_s or self.time_s) > PENDING_GUARD_S:
+                k, st.rollout_started_s = 1, self.time_s
+            for g in old:
+                take = min(k, g.count)
+                self._drain(st, g, take)
+                st.retired += take
+                k -= take
+            st.groups = [g for g in st.groups if g.count > 0]
 
     # --- the fluid step --------------------------------------------------------------
 
@@ -422,6 +458,7 @@ class PipelineSim:
                 room = max(self.spec.queue_limit_rows - self.ops[i + 1].queue_rows, 0.0) / spec.selectivity
             done = min(avail, cap * dt, room)
             st.backpressured = room < min(avail, cap * dt)
+            st.utilisation = done / (cap * dt) if cap > 0 else 0.0
             warm_n = sum(g.count for g in self._warm(st))
             st.busy_s += (done / cap * warm_n) if cap > 0 else 0.0
             if i == 0:
@@ -465,14 +502,23 @@ class PipelineSim:
                 actors_running=warm_n if spec.kind == "actor" else 0,
                 actors_pending=starting if spec.kind == "actor" else 0,
                 actors_idle=warm_n if spec.kind == "actor" and queue <= 0 else 0,
-                tasks_in_flight=warm_n if queue > 0 else 0,
+                tasks_in_flight=self._in_flight(st, warm_n, queue),
                 backpressured=st.backpressured,
                 heap_rss_bytes=int(heap), heap_rss_per_replica_bytes=None if per_replica is None else int(per_replica),
                 busy_s=st.busy_s, completed=st.completed,
             ))
             st.last_rows_out, st.last_bytes_out = st.rows_out, bytes_out
         return Snapshot(execution_id="sim", seq=seq, time_s=self.time_s, operators=tuple(ops),
-                        cluster=self.spec.cluster_view(), input_rows_total=self.spec.total_rows)
+                        cluster=self.spec.cluster_view(), input_rows_total=self.spec.total_rows,
+                        applied_plan_seq=self.applied_seq)
+
+    def _in_flight(self, st: _OpState, warm_n: int, queue_rows: float) -> int:
+        """Tasks in flight as Ray's pools count them: the busy share of the replicas, plus one
+        more per replica while blocks wait (an actor holds at most two)."""
+        if st.spec.kind != "actor" or warm_n == 0:
+            return 0
+        queued_blocks = math.ceil(queue_rows / self.spec.rows_per_block) if queue_rows > 1e-6 else 0
+        return int(round(warm_n * st.utilisation)) + min(warm_n, queued_blocks)
 
     def run(self, *, max_time_s: float = 3_600.0) -> SimResult:
         """Simulate until the dataset is through the pipeline or ``max_time_s`` passes."""

@@ -1,0 +1,99 @@
+"""What the ``trident`` policy plans with: per-replica rates, heap per replica, cold starts and
+the work left, each from the operator's track (pure functions)."""
+from __future__ import annotations
+
+import numpy as np
+
+from trident.errors import ConfigError
+from trident.model.features import ConfigFeatures
+from trident.policies.trident.records import ConfigKey, Estimate, key_of
+from trident.policies.trident.settings import TridentSettings
+from trident.policies.trident.tracking import OperatorTrack
+from trident.types import OperatorSnapshot, Snapshot
+
+
+def is_sink(op: OperatorSnapshot) -> bool:
+    """A Write operator: it emits one row per block written, not data rows, so the pipeline's
+    rate and its remaining work are taken before it."""
+    return op.name.split("(")[0].split("->")[-1].startswith("Write")
+
+
+def busy_rate(tr: OperatorTrack, key: ConfigKey, min_busy_s: float) -> float | None:
+    """Output rows per busy replica-second of ``key`` since the regime began (from the first
+    finished tasks on), or ``None`` with less than ``min_busy_s`` of busy time."""
+    snaps = [o for t, o in tr.snaps if t >= tr.regime_start_s and key_of(o.config) == key and o.busy_s is not None]
+    if len(snaps) < 2:
+        return None
+    first, last = snaps[0], snaps[-1]
+    busy = last.busy_s - first.busy_s
+    if first.rows_out_total == 0 and first.busy_s == 0:  # the regime began with the execution
+        busy = last.busy_s
+    rows = last.rows_out_total - first.rows_out_total
+    if busy < min_busy_s or rows <= 0:
+        return None
+    return rows / busy
+
+
+def rate(tr: OperatorTrack, op: OperatorSnapshot, key: ConfigKey, settings: TridentSettings) -> Estimate:
+    """Output rows per busy replica-second of ``op`` under ``key``, and where it came from: the
+    median of the configuration's rate windows once there are ``min_rate_windows``, else its
+    busy-time rate since the regime began, else its first windows, else the GP model."""
+    measured = tr.measured(key)
+    if len(measured) >= settings.min_rate_windows:
+        return Estimate(float(np.median(measured)), "measured")
+    busy = busy_rate(tr, key, settings.min_busy_s)
+    if measured and tr.stall is not None and tr.stall.bound_time_s is not None:
+        return Estimate(float(np.median(measured)), "stall bound")  # a bound under a stall beats the past
+    if busy is not None:
+        return Estimate(busy, "busy time")
+    if measured:
+        return Estimate(float(np.median(measured)), "first windows")
+    if tr.model.is_fitted and key.device in tr.model.encoder.device_types:
+        cfg = ConfigFeatures(batch_size=key.batch_size or 1024, device_type=key.device,
+                             replicas=max(1, op.config.replicas or op.tasks_running or 1),
+                             input_bytes_per_row=op.input_bytes_per_row or 1.0)
+        try:
+            return Estimate(float(tr.model.predict_throughput([cfg]).mean[0]), "model")
+        except ConfigError:
+            return Estimate(None, "none")
+    return Estimate(None, "none")
+
+
+def heap(tr: OperatorTrack, key: ConfigKey, settings: TridentSettings) -> float:
+    """Heap bytes per replica to plan with: the largest seen plus the margin, a third of the
+    margin once the largest stands on ``stable_heap_samples`` samples (0 when never seen)."""
+    seen = tr.heap.get(key)
+    if seen is None:
+        return 0.0
+    margin = settings.memory_margin
+    if tr.heap_samples.get(key, 0) >= settings.stable_heap_samples:
+        margin /= 3
+    return seen * (1 + margin)
+
+
+def cold_start_s(tr: OperatorTrack, op: OperatorSnapshot, settings: TridentSettings) -> float:
+    """Seconds a new replica takes to start (0 for task operators)."""
+    if op.config.kind != "actor":
+        return 0.0
+    return settings.default_cold_start_s if tr.cold_start_s is None else tr.cold_start_s
+
+
+def selectivities(ops: list[OperatorSnapshot], tracks: dict[str, OperatorTrack]) -> list[float]:
+    """Rows out per row in of each of ``ops`` (in pipeline order). The first is 1 by definition:
+    the pipeline's rows are the rows its source emits (``Snapshot.input_rows_total``), whatever
+    Ray counts as the source's inputs (read tasks, files)."""
+    return [1.0 if i == 0 else max(tracks[o.name].selectivity, 1e-12) for i, o in enumerate(ops)]
+
+
+def remaining_rows(snap: Snapshot, tracks: dict[str, OperatorTrack]) -> float | None:
+    """Pipeline rows still to finish: at the operator furthest behind, its rows out counted back
+    to pipeline rows through the selectivities up to it (a Write sink, which counts blocks, is
+    left out)."""
+    ops = [o for o in snap.operators if o.config.kind in ("task", "actor") and o.name in tracks and not is_sink(o)]
+    if snap.input_rows_total is None or not ops:
+        return None
+    f, done = 1.0, []
+    for o, sel in zip(ops, selectivities(ops, tracks)):
+        f *= sel
+        done.append(o.rows_out_total / f)
+    return max(snap.input_rows_total - min(done), 0.0)

@@ -1,0 +1,171 @@
+"""The inner loop: at every step, at least what Ray Data's own autoscaler would do.
+
+Ray's rule per actor pool (``DefaultActorAutoscaler``): utilisation is tasks in flight over
+(actor slots x actors, pending ones included); at or above ``upscale_util`` the pool grows,
+at or below ``downscale_util`` (no actor pending) it shrinks by one. Here a growing pool
+jumps to what its backlog needs (in-flight plus queued tasks at ``upscale_util``, as Ray's
+backlog-aware variant does), at most doubling per step, so it reaches its size in fewer cold
+starts than one actor per tick. Every pool moves only within the bounds the planner set
+(``lo..hi``), within the memory limit (heap per replica as measured), and within the CPUs
+and GPUs left free: when the pools together want more than is free, the most utilised pool
+is served first. Pure: no Ray, no clock.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from trident.policies.trident.records import Bounds
+from trident.policies.trident.settings import TridentSettings
+from trident.types import OperatorSnapshot, OperatorTarget, Snapshot
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """One actor pool as the inner loop sees it."""
+
+    name: str
+    size: int
+    """Running plus pending actors."""
+    pending: int
+    in_flight: int
+    queued: int
+    """Input blocks waiting at the operator (a block is taken for one task)."""
+    received: int = 1
+    """Input rows received so far (Ray holds a pool that has received none)."""
+    slots: int = 1
+    """Tasks one actor runs at once (Ray's ``max_concurrency``)."""
+
+    @property
+    def util(self) -> float:
+        return math.inf if self.size == 0 else self.in_flight / (self.slots * self.size)
+
+
+def ray_rule(pool: PoolView, settings: TridentSettings) -> tuple[int, str]:
+    """The size Ray's rule moves ``pool`` to (before bounds and room), and why."""
+    if pool.size == 0:
+        return (1, "no actor: start one") if pool.queued or pool.in_flight else (0, "idle")
+    if pool.received == 0:
+        return pool.size, "no input received yet"
+    u = pool.util
+    if u >= settings.upscale_util:
+        backlog = math.ceil((pool.in_flight + pool.queued) / (pool.slots * settings.upscale_util))
+        want = max(pool.size + 1, min(backlog, 2 * pool.size))
+        return want, f"utilisation {u:.2f} >= {settings.upscale_util:g} ({pool.in_flight} in flight, {pool.queued} queued)"
+    if u <= settings.downscale_util and pool.pending == 0 and pool.queued == 0:
+        return pool.size - 1, f"utilisation {u:.2f} <= {settings.downscale_util:g}"
+    return pool.size, f"utilisation {u:.2f}"
+
+
+@dataclass(frozen=True)
+class Room:
+    """What is free for new replicas: CPUs, GPUs (per accelerator type when typed) and memory."""
+
+    cpus: float
+    gpus: float
+    gpus_by_type: dict[str, float]
+    memory_bytes: float
+
+    def fits(self, op: OperatorSnapshot, heap_bytes: float) -> bool:
+        c = op.config
+        gpus = self.gpus_by_type.get(c.accelerator_type, self.gpus) if c.accelerator_type else self.gpus
+        return (c.num_cpus <= self.cpus + 1e-9 and c.num_gpus <= gpus + 1e-9
+                and heap_bytes <= self.memory_bytes + 1e-9)
+
+    def take(self, op: OperatorSnapshot, heap_bytes: float) -> Room:
+        c = op.config
+        typed = dict(self.gpus_by_type)
+        if c.accelerator_type in typed:
+            typed[c.accelerator_type] -= c.num_gpus
+        return Room(cpus=self.cpus - c.num_cpus, gpus=self.gpus - c.num_gpus, gpus_by_type=typed,
+                    memory_bytes=self.memory_bytes - heap_bytes)
+
+
+def room_of(snap: Snapshot, held: dict[str, int], heap_bytes: dict[str, float],
+            memory_limit_bytes: int | None) -> Room:
+    """Resources left once every operator holds what it has or was told to have (``held``:
+    replicas per actor pool, the larger of current and planned); task operators hold the CPUs
+    of their running tasks."""
+    cpus, gpus, mem = snap.cluster.cpus, snap.cluster.gpus, 0.0
+    typed = dict(snap.cluster.gpus_by_type)
+    for o in snap.operators:
+        if o.config.kind == "task" and not o.completed:
+            cpus -= o.tasks_running * o.config.num_cpus
+        elif o.config.kind == "actor":
+            n = held.get(o.name, o.config.replicas or 0)
+            cpus -= n * o.config.num_cpus
+            gpus -= n * o.config.num_gpus
+            if o.config.accelerator_type in typed:
+                typed[o.config.accelerator_type] -= n * o.config.num_gpus
+            mem += n * heap_bytes.get(o.name, 0.0)
+    free_mem = math.inf if memory_limit_bytes is None else memory_limit_bytes - mem
+    return Room(cpus=cpus, gpus=gpus, gpus_by_type=typed, memory_bytes=free_mem)
+
+
+def pool_view(o: OperatorSnapshot) -> PoolView:
+    return PoolView(name=o.name, size=o.config.replicas or 0, pending=o.actors_pending, in_flight=o.tasks_in_flight,
+                    queued=o.input_queue_blocks, slots=max(1, o.config.max_concurrency), received=o.rows_in_total)
+
+
+def inner_targets(snap: Snapshot, bounds: dict[str, Bounds], heap_bytes: dict[str, float], *,
+                  memory_limit_bytes: int | None, settings: TridentSettings,
+                  skip: frozenset[str] = frozenset()) -> tuple[list[OperatorTarget], list[str]]:
+    """Pool sizes Ray's rule asks for, within bounds, memory and free resources; (targets, reasons).
+
+    ``heap_bytes``: heap per replica to plan with (0 when unknown: with a memory limit a pool
+    whose heap was never measured does not grow). ``skip``: pools a rollout is moving."""
+    pools = [o for o in snap.operators if o.config.kind == "actor" and not o.completed and o.name not in skip
+             and o.config.replicas is not None]
+    held = {o.name: max(o.config.replicas or 0, bounds[o.name].lo if o.name in bounds else 0)
+            for o in snap.operators if o.config.kind == "actor"}
+    room = room_of(snap, held, heap_bytes, memory_limit_bytes)
+    wants: dict[str, tuple[int, str]] = {}
+    for o in pools:
+        b = bounds.get(o.name, Bounds(o.config.min_replicas, o.config.max_replicas, "the user's bounds"))
+        size, why = ray_rule(pool_view(o), settings)
+        hi = b.hi if b.hi is not None else math.inf
+        if o.config.max_replicas is not None:
+            hi = min(hi, o.config.max_replicas)
+        want = int(min(max(size, b.lo, o.config.min_replicas), hi))
+        if want != o.config.replicas:
+            wants[o.name] = (want, f"{why}; bounds {b.lo}..{'-' if b.hi is None else b.hi} ({b.why})")
+    targets, reasons = [], []
+    # growth first for the most utilised pools, one replica at a time within the room left
+    grow = {o.name: o for o in pools if o.name in wants and wants[o.name][0] > (o.config.replicas or 0)}
+    granted = {name: grow[name].config.replicas or 0 for name in grow}
+    blocked: dict[str, str] = {}
+    while True:
+        open_ = [n for n in grow if granted[n] < wants[n][0] and n not in blocked]
+        if not open_:
+            break
+        n = max(open_, key=lambda k: (pool_view(grow[k]).util, k))
+        o, h = grow[n], heap_bytes.get(n, 0.0)
+        if memory_limit_bytes is not None and h <= 0:
+            blocked[n] = "its heap per replica is not measured yet (memory limit)"
+        elif not room.fits(o, h):
+            blocked[n] = _short(room, o, h)
+        else:
+            room = room.take(o, h)
+            granted[n] += 1
+    for o in pools:
+        if o.name not in wants:
+            continue
+        want, why = wants[o.name]
+        n = granted.get(o.name, want)
+        if n == (o.config.replicas or 0):
+            continue
+        note = f" ({want} wanted; {blocked[o.name]})" if n < want and o.name in blocked else ""
+        targets.append(OperatorTarget(name=o.name, replicas=n))
+        reasons.append(f"{o.name} {o.config.replicas} -> {n}: {why}{note}")
+    return targets, reasons
+
+
+def _short(room: Room, o: OperatorSnapshot, heap_bytes: float) -> str:
+    """What is missing for one more replica of ``o``."""
+    c = o.config
+    gpus = room.gpus_by_type.get(c.accelerator_type, room.gpus) if c.accelerator_type else room.gpus
+    if c.num_gpus > gpus + 1e-9:
+        return f"{gpus:.2g} GPUs free{f' of type {c.accelerator_type}' if c.accelerator_type else ''}"
+    if c.num_cpus > room.cpus + 1e-9:
+        return f"{room.cpus:.2g} CPUs free"
+    return f"{room.memory_bytes / 2**20:.0f} MiB left under the memory limit"

@@ -1,0 +1,155 @@
+"""Rollout phases: apply a plan phase by phase, and never wait on a target that is not moving.
+
+A phase is done when each of its pools has reached its replicas (new ones up; for a drain, the
+old ones finished). A pool that stands still short of its target for ``stuck_intervals`` steps
+(plus the observed cold start while an actor is pending) is stuck: the obstacle is looked up
+in the snapshot (GPUs or CPUs taken, CPUs held by task operators, memory, or no actor started
+at all) and the rollout ends with it named, so the planner plans again around it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trident.plan.rollout import RolloutStep
+from trident.policies.trident.inner import Room, room_of
+from trident.types import OperatorSnapshot, OperatorTarget, Snapshot
+
+STARTING_COLD_STARTS = 3.0
+"""Cold starts a pool's pending actors may take, when nothing is short, before it counts as stuck
+(a loaded machine starts actors slowly; cancelling them would only start them again)."""
+DRAIN_TASKS = 3.0
+"""Task durations (p90) a drain may take before the next phase goes ahead anyway (a drained
+actor finishes at most two tasks)."""
+
+
+@dataclass
+class Progress:
+    """What a pool looked like when it last moved."""
+
+    state: tuple[int, int, int]
+    """(replicas, running actors, pending actors)."""
+    since_s: float
+    steps: int = 0
+
+
+@dataclass
+class Stuck:
+    """A pool that does not reach its target, and why."""
+
+    operator: str
+    reached: int
+    wanted: int
+    obstacle: str
+    task_caps: tuple[OperatorTarget, ...] = ()
+    """Caps on task operators that free the CPUs the pool needs (empty when that cannot help)."""
+    short: bool = True
+    """Whether a resource is short (else the actors are only slow to start)."""
+    drain: bool = False
+    """A drain still waiting on busy actors: the next phase goes ahead, nothing is re-planned."""
+
+
+@dataclass
+class Phases:
+    """The phases of the rollout in progress."""
+
+    pending: list[tuple[RolloutStep, ...]] = field(default_factory=list)
+    current: tuple[RolloutStep, ...] = ()
+    started_s: float = 0.0
+    plan_seq: int = 0
+    """The plan that started the current phase: nothing is judged before the executor applied it."""
+    progress: dict[str, Progress] = field(default_factory=dict)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.current)
+
+    def start(self, phases: list[tuple[RolloutStep, ...]], now: float) -> tuple[RolloutStep, ...]:
+        self.pending = list(phases)
+        return self.advance(now)
+
+    def advance(self, now: float) -> tuple[RolloutStep, ...]:
+        """The next phase (empty when the rollout is done); give it ``plan_seq`` once issued."""
+        self.current = self.pending.pop(0) if self.pending else ()
+        self.started_s = now
+        self.progress = {}
+        return self.current
+
+    def clear(self) -> None:
+        self.pending, self.current, self.progress, self.plan_seq = [], (), {}, 0
+
+    def operators(self) -> frozenset[str]:
+        return frozenset(st.operator for st in self.current)
+
+    def settling(self, snap: Snapshot) -> list[RolloutStep]:
+        byname = {o.name: o for o in snap.operators}
+        return [st for st in self.current if st.operator in byname and _settling(byname[st.operator], st)]
+
+    def stuck(self, snap: Snapshot, now: float, *, patience_steps: int, cold_start_s: dict[str, float],
+              heap_bytes: dict[str, float], memory_limit_bytes: int | None) -> Stuck | None:
+        """The first settling pool that has not moved for ``patience_steps`` steps (plus its cold
+        start while an actor is pending), with its obstacle; ``None`` while all move or wait."""
+        if snap.applied_plan_seq < self.plan_seq:
+            self.progress = {}  # the phase is not applied yet: its clock has not started
+            return None
+        byname = {o.name: o for o in snap.operators}
+        for st in self.settling(snap):
+            o = byname[st.operator]
+            state = (o.config.replicas or 0, o.actors_running, o.actors_pending)
+            p = self.progress.get(st.operator)
+            if p is None or p.state != state:
+                self.progress[st.operator] = Progress(state=state, since_s=now)
+                continue
+            p.steps += 1
+            held = {s.operator: max(s.replicas_to, 0) for s in self.current}
+            why = obstacle(snap, o, st, room_of(snap, held, heap_bytes, memory_limit_bytes))
+            grace = 0.0
+            if st.action == "scale_down":  # drained actors finish the tasks they hold
+                grace = DRAIN_TASKS * (o.task_duration_p90_s or cold_start_s.get(st.operator, 0.0))
+            elif o.actors_pending:  # starting actors: a cold start, several when nothing is short
+                grace = cold_start_s.get(st.operator, 0.0) * (1 if why.short else STARTING_COLD_STARTS)
+            if p.steps >= patience_steps and now - p.since_s >= grace:
+                return why
+        return None
+
+
+def _settling(o: OperatorSnapshot, st: RolloutStep) -> bool:
+    """Whether ``o`` has yet to reach the step's replicas: new ones still starting, or (for a
+    drain) old ones still finishing their work, so the next phase's memory is not yet free."""
+    if st.action == "scale_down":
+        return o.config.kind == "actor" and o.actors_running > st.replicas_to
+    return o.actors_pending > 0 or o.config.replicas != st.replicas_to
+
+
+def obstacle(snap: Snapshot, o: OperatorSnapshot, st: RolloutStep, room: Room) -> Stuck:
+    """Why ``o`` stays short of ``st.replicas_to`` (``room``: what is left once every pool holds
+    its target): the resource that is short, and task caps that would free CPUs."""
+    reached = o.actors_running
+    c = o.config
+    if st.action == "scale_down":
+        return Stuck(o.name, reached, st.replicas_to, f"{reached - st.replicas_to} drained actor(s) still busy",
+                     short=False, drain=True)
+    gpus = room.gpus_by_type.get(c.accelerator_type, room.gpus) if c.accelerator_type else room.gpus
+    if c.num_gpus > 0 and gpus < -1e-9:
+        kind = f" of type {c.accelerator_type}" if c.accelerator_type else ""
+        return Stuck(o.name, reached, st.replicas_to, f"the cluster has {-gpus:.2g} GPUs{kind} too few for the plan")
+    if room.cpus < -1e-9:
+        short = -room.cpus
+        tasks = sorted((t for t in snap.operators if t.config.kind == "task" and t.tasks_running > 1 and not t.completed),
+                       key=lambda t: -t.tasks_running * t.config.num_cpus)
+        caps, freed = [], 0.0
+        for t in tasks:
+            if freed >= short:
+                break
+            give = min(t.tasks_running - 1, int(-(-(short - freed) // max(t.config.num_cpus, 1e-9))))
+            if give > 0:
+                caps.append(OperatorTarget(name=t.name, replicas=t.tasks_running - give))
+                freed += give * t.config.num_cpus
+        held = ", ".join(f"{t.name} ({t.tasks_running} tasks)" for t in tasks) or "the other pools"
+        return Stuck(o.name, reached, st.replicas_to, f"{short:.2g} CPUs short: held by {held}", tuple(caps))
+    if room.memory_bytes < 0:
+        return Stuck(o.name, reached, st.replicas_to, "the memory limit leaves no room for another replica")
+    if o.actors_pending == 0:
+        return Stuck(o.name, reached, st.replicas_to,
+                     "no actor was started: Ray Data's per-operator budget or the pool's max_size held it back")
+    return Stuck(o.name, reached, st.replicas_to, f"{o.actors_pending} actor(s) still pending although the plan "
+                 "fits the cluster: no single node has room for them, or they fail to start", short=False)

@@ -1,0 +1,275 @@
+"""The ``trident`` policy: a reactive inner loop inside bounds set by a model-based planner.
+
+Each step:
+
+1. **Observe** every operator (:mod:`.tracking`): rates from busy time, heap, cold starts,
+   regime changes; refit models when due.
+2. **Roll out**: while a plan's phase is settling, wait; a pool that stands still short of its
+   target is stuck, and the plan is redone around the obstacle it names (:mod:`.phases`).
+3. **Plan** when due and not dwelling: the MILP chooses replicas and devices from the
+   estimates (:mod:`.problem`), the rollout gate checks that the change pays for its cold
+   start, and the planned replicas become the floor of each pool's bounds; once the
+   allocation is settled, the batch-size tuner tries the bottleneck's batch size (:mod:`.tuner`).
+4. **Inner loop** (:mod:`.inner`): Ray Data's own reactive rule, within the bounds, the memory
+   limit and the free resources, so that from the first second, and whenever the models are
+   not confident, the pipeline is never scaled slower than stock Ray Data would scale it.
+
+Pure: no Ray, no clock; seeded. Every decision has a ``kind`` and a reason.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from trident.control.policy import PolicyContext
+from trident.model.threads import single_threaded
+from trident.plan.milp import solve_placement
+from trident.plan.rollout import RolloutInputs, plan_rollout
+from trident.policies.trident import estimates, explore, problem, tuner
+from trident.policies.trident.inner import inner_targets
+from trident.policies.trident.phases import Phases, Stuck
+from trident.policies.trident.records import Assumed, Bounds, key_of
+from trident.policies.trident.settings import TridentSettings
+from trident.policies.trident.tracking import Observer
+from trident.types import Decision, OperatorTarget, Plan, Snapshot
+
+
+class TridentPolicy:
+    """The adaptive policy (see the module docstring)."""
+
+    name = "trident"
+
+    def __init__(self, *, context: PolicyContext | None = None, settings: TridentSettings | None = None) -> None:
+        self.context = context or PolicyContext()
+        self.settings = settings or TridentSettings()
+        self.rng = np.random.default_rng(self.context.seed)
+        self.observer = Observer(settings=self.settings, rng=self.rng, seed=self.context.seed)
+        self.phases = Phases()
+        self.bounds: dict[str, Bounds] = {}
+        self.ceilings: dict[str, Bounds] = {}
+        """Pools that could not reach a planned size: the most the planner may give them until
+        the data or the cluster changes."""
+        self.plan_seq = 0
+        self.last_look_s: float | None = None
+        self.last_plan_s: float | None = None
+
+    @property
+    def tracks(self):
+        return self.observer.tracks
+
+    # --- the step ------------------------------------------------------------------------------
+
+    def step(self, snapshot: Snapshot, now: float) -> Decision:
+        """One control step; an internal error keeps the current plan and says so (fail open)."""
+        try:
+            return self._step(snapshot, now)
+        except Exception as exc:  # noqa: BLE001 - the pipeline must never fail because the policy did
+            self.phases.clear()
+            return Decision(time_s=now, reason=f"error: {type(exc).__name__}: {exc}; keeping the current plan",
+                            kind="error")
+
+    def _step(self, snap: Snapshot, now: float) -> Decision:
+        notes = self._observe(snap)
+        decision = self._rollout(snap, now, notes) if self.phases.active else self._outer(snap, now, notes)
+        if decision.plan is not None:
+            return decision
+        inner = self._inner(snap, now, notes)
+        return inner if inner is not None else decision
+
+    def _observe(self, snap: Snapshot) -> list[str]:
+        notes: list[str] = []
+        for op in snap.operators:
+            if op.config.kind in ("task", "actor"):
+                notes += self.observer.observe(op, snap.time_s)
+        if self.observer.changed:
+            self.ceilings.clear()  # the data changed: what blocked a size may not block it now
+        due = [tr for tr in self.tracks.values() if self.observer.fit_due(tr, snap.time_s)]
+        if due:
+            with single_threaded():
+                for tr in due:
+                    notes += self.observer.fit(tr, snap.time_s)
+        return notes
+
+    def _outer(self, snap: Snapshot, now: float, notes: list[str]) -> Decision:
+        """Plan when due and not dwelling."""
+        s = self.settings
+        changed = self.observer.changed
+        dwell_s = self._dwell_s()
+        if self.last_plan_s is not None and now - self.last_plan_s < dwell_s and not changed:
+            return Decision(time_s=now, reason=f"dwell: last plan {now - self.last_plan_s:.0f} s ago "
+                                               f"(< {dwell_s:.0f} s)", notes=tuple(notes), kind="dwell")
+        if self.last_look_s is not None and now - self.last_look_s < s.plan_interval_s and not changed:
+            return Decision(time_s=now, reason="observing", notes=tuple(notes), kind="observe")
+        return self._plan(snap, now, notes)
+
+    # --- the outer planner ---------------------------------------------------------------------
+
+    def _plan(self, snap: Snapshot, now: float, notes: list[str]) -> Decision:
+        ops = problem.plannable(snap)
+        if not ops:
+            return Decision(time_s=now, reason="nothing to plan: every operator is done", notes=tuple(notes),
+                            kind="done")
+        planning = problem.build(snap, ops, self.tracks, self.settings, self.context.memory_limit_bytes)
+        if planning.problem is None:  # looked again at the next step: the evidence may come any moment
+            return Decision(time_s=now, reason=planning.why, notes=tuple(notes), kind="observe")
+        prob = self._with_ceilings(planning.problem)
+        self.last_look_s = now
+        explored = self._explore(snap, ops, prob, now, notes)
+        if explored is not None:
+            return explored
+        result = solve_placement(prob)
+        self.observer.changed = False
+        if not result.changed:  # the allocation is settled: tune the bottleneck's batch size
+            self._bound(ops, {o.name: o.config.replicas for o in ops if o.config.kind == "actor"}, "the plan")
+            tuned = tuner.next_batch_size(snap, ops, prob, planning.rates, self.tracks, self.settings,
+                                          self.context.seed)
+            if tuned is not None:
+                target, reason = tuned
+                return self._issue((target,), reason, now, notes + [result.reason], kind="tune")
+            return Decision(time_s=now, reason=f"keep: {result.reason}", notes=tuple(notes), kind="keep")
+        targets = problem.targets(ops, result.allocation)
+        cur_t = result.current_throughput_rows_per_s or 0.0
+        used = [problem.used(o) for o in ops]
+        rollout = plan_rollout(
+            {o.name: o.config for o in ops}, targets,
+            RolloutInputs(current_throughput_rows_per_s=cur_t, new_throughput_rows_per_s=result.throughput_rows_per_s,
+                          remaining_rows=estimates.remaining_rows(snap, self.tracks),
+                          utilisation=problem.utilisation(prob, cur_t),
+                          cold_start_s={o.name: estimates.cold_start_s(self.tracks[o.name], o, self.settings)
+                                        for o in ops},
+                          free_cpus=snap.cluster.cpus - sum(c for c, _ in used),
+                          free_gpus=snap.cluster.gpus - sum(g for _, g in used),
+                          free_gpus_by_type={t: g - sum(u[1] for o, u in zip(ops, used)
+                                                        if o.config.accelerator_type == t)
+                                             for t, g in snap.cluster.gpus_by_type},
+                          **problem.memory_room(prob, result.allocation)))
+        if not rollout.go:
+            return Decision(time_s=now, reason=f"keep: {rollout.reason}", notes=tuple(notes) + (result.reason,),
+                            kind="keep")
+        self._bound(ops, {o.name: result.allocation.replicas(o.name) for o in ops if o.config.kind == "actor"},
+                    "the plan")
+        # what the plan assumed of each operator's rate (rows out per busy replica-second)
+        self.observer.assumed = {o.name: Assumed(key_of(o.config), planning.rates[o.name].rows_per_s * sel)
+                                 for o, sel in zip(ops, estimates.selectivities(ops, self.tracks))
+                                 if planning.rates[o.name].rows_per_s < problem.UNKNOWN_RATE}
+        rates = ", ".join(f"{n} {e.rows_per_s:.3g} rows/s per replica ({e.source})"
+                          for n, e in planning.rates.items() if e.rows_per_s < problem.UNKNOWN_RATE)
+        phase = self.phases.start(rollout.phases(), now)
+        steps = "; ".join(st.reason for st in rollout.steps)
+        reason = (f"plan: {result.reason}; {rollout.reason}; from {rates}; steps: {steps} | now: "
+                  + "; ".join(st.reason for st in phase))
+        decision = self._issue(tuple(st.target for st in phase), reason, now, notes, kind="plan")
+        self.phases.plan_seq = self.plan_seq
+        return decision
+
+    def _explore(self, snap: Snapshot, ops, prob, now: float, notes: list[str]) -> Decision | None:
+        """Pin GPU pools to accelerator types they were not measured on (see :mod:`.explore`),
+        while enough work is left to use what is learnt."""
+        left_s = problem.remaining_s(snap, prob, self.tracks)
+        if left_s is not None and left_s < self.settings.explore_min_remaining_s:
+            return None
+        pins = explore.next_pins(snap, ops, self.tracks, windows=self.settings.explore_windows)
+        if not pins:
+            return None
+        self.observer.changed = False
+        targets = tuple(t for t, _ in pins)
+        rollout = plan_rollout({o.name: o.config for o in ops}, targets,
+                               RolloutInputs(current_throughput_rows_per_s=0.0, new_throughput_rows_per_s=0.0,
+                                             remaining_rows=None, cold_start_s={}, utilisation={}))
+        phase = self.phases.start(rollout.phases(), now)
+        reason = "; ".join(why for _, why in pins) + " | now: " + "; ".join(st.reason for st in phase)
+        decision = self._issue(tuple(st.target for st in phase), reason, now, notes, kind="plan")
+        self.phases.plan_seq = self.plan_seq
+        return decision
+
+    def _with_ceilings(self, prob):
+        """Pools that could not reach a planned size get at most what they reached."""
+        if not self.ceilings:
+            return prob
+        from dataclasses import replace
+
+        ops = tuple(replace(sp, max_replicas=min(sp.max_replicas or c.hi, c.hi)) if (c := self.ceilings.get(sp.name))
+                    and c.hi >= sp.min_replicas else sp for sp in prob.operators)
+        return replace(prob, operators=ops)
+
+    def _bound(self, ops, floors: dict[str, int | None], why: str) -> None:
+        """The planned replicas become each pool's floor; the inner loop may add above it."""
+        for o in ops:
+            n = floors.get(o.name)
+            if n is not None:
+                self.bounds[o.name] = Bounds(lo=max(n, o.config.min_replicas), hi=o.config.max_replicas, why=why)
+
+    # --- rollout phases ------------------------------------------------------------------------
+
+    def _rollout(self, snap: Snapshot, now: float, notes: list[str]) -> Decision:
+        s = self.settings
+        waiting = self.phases.settling(snap)
+        stuck = self.phases.stuck(snap, now, patience_steps=s.stuck_intervals,
+                                  cold_start_s={n: estimates.cold_start_s(tr, snap.operator(n), s)
+                                                for n, tr in self.tracks.items() if n in self.phases.operators()},
+                                  heap_bytes=self._heaps(snap), memory_limit_bytes=self.context.memory_limit_bytes)
+        if stuck is not None and not stuck.drain:
+            return self._replan(stuck, snap, now, notes)
+        timed_out = now - self.phases.started_s >= s.rollout_timeout_s
+        if waiting and not timed_out and stuck is None:
+            return Decision(time_s=now, reason=f"rollout: waiting for {', '.join(st.operator for st in waiting)} "
+                                               f"to reach its target", notes=tuple(notes), kind="rollout")
+        phase = self.phases.advance(now)
+        self.last_plan_s = now
+        if not phase:
+            return Decision(time_s=now, reason="rollout complete" + (" (timed out waiting)" if timed_out else ""),
+                            notes=tuple(notes), kind="rollout")
+        after = f" ({stuck.obstacle})" if stuck is not None else " after a timeout" if timed_out else ""
+        reason = f"rollout: next phase{after} | now: " + "; ".join(st.reason for st in phase)
+        decision = self._issue(tuple(st.target for st in phase), reason, now, notes, kind="rollout")
+        self.phases.plan_seq = self.plan_seq
+        return decision
+
+    def _replan(self, stuck: Stuck, snap: Snapshot, now: float, notes: list[str]) -> Decision:
+        """A pool stands short of its target: end the rollout, name the obstacle, plan again
+        around it (task caps that free CPUs, or at most what the pool reached)."""
+        self.phases.clear()
+        self.observer.changed = True
+        self.last_look_s = None
+        reason = (f"replan: {stuck.operator} stays at {stuck.reached} of {stuck.wanted} replicas: "
+                  f"{stuck.obstacle}")
+        if stuck.task_caps:
+            caps = ", ".join(f"{t.name} <= {t.replicas}" for t in stuck.task_caps)
+            return self._issue(stuck.task_caps, f"{reason}; capping task concurrency to make room: {caps}",
+                               now, notes, kind="replan")
+        self.ceilings[stuck.operator] = Bounds(lo=0, hi=max(stuck.reached, 1), why=stuck.obstacle)
+        b = self.bounds.get(stuck.operator)
+        if b is not None and b.lo > stuck.reached:
+            self.bounds[stuck.operator] = Bounds(lo=max(stuck.reached, 1), hi=b.hi, why=stuck.obstacle)
+        target = OperatorTarget(name=stuck.operator, replicas=max(stuck.reached, 1))
+        return self._issue((target,), f"{reason}; holding it at {target.replicas} until the plan is redone",
+                           now, notes, kind="replan")
+
+    # --- the inner loop ------------------------------------------------------------------------
+
+    def _inner(self, snap: Snapshot, now: float, notes: list[str]) -> Decision | None:
+        targets, reasons = inner_targets(snap, self.bounds, self._heaps(snap),
+                                         memory_limit_bytes=self.context.memory_limit_bytes, settings=self.settings,
+                                         skip=self.phases.operators())
+        if not targets:
+            return None
+        return self._issue(tuple(targets), "inner: " + "; ".join(reasons), now, notes, kind="inner", plan_made=False)
+
+    def _heaps(self, snap: Snapshot) -> dict[str, float]:
+        return {o.name: estimates.heap(self.tracks[o.name], key_of(o.config), self.settings)
+                for o in snap.operators if o.name in self.tracks}
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    def _issue(self, targets: tuple[OperatorTarget, ...], reason: str, now: float, notes: list[str], *,
+               kind: str, plan_made: bool = True) -> Decision:
+        self.plan_seq += 1
+        if plan_made:
+            self.last_plan_s = now
+        plan = Plan(seq=self.plan_seq, targets=targets, reason=reason, created_at_s=now)
+        return Decision(time_s=now, reason=reason, plan=plan, notes=tuple(notes), kind=kind)
+
+    def _dwell_s(self) -> float:
+        """Seconds a finished rollout stands: ``min_dwell_s``, or ``dwell_cold_starts`` times the
+        slowest cold start observed when that is longer (a change must pay for itself)."""
+        cold = max((tr.cold_start_s for tr in self.tracks.values() if tr.cold_start_s is not None), default=0.0)
+        return max(self.settings.min_dwell_s, self.settings.dwell_cold_starts * cold)

@@ -1,0 +1,204 @@
+"""The planning problem: each operator's options (device, rate, resources, heap) and the
+cluster, as a :class:`~trident.plan.milp.PlacementProblem`; and the plan read back as targets."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from trident.plan.milp import (
+    ANY_GPU,
+    CPU,
+    Allocation,
+    DeviceOption,
+    NodeType,
+    OperatorSpec,
+    PlacementProblem,
+    throughput_of,
+)
+from trident.policies.trident import estimates
+from trident.policies.trident.records import ConfigKey, Estimate, key_of
+from trident.policies.trident.settings import TridentSettings
+from trident.policies.trident.tracking import OperatorTrack
+from trident.types import OperatorSnapshot, OperatorTarget, Snapshot
+
+UNKNOWN_RATE = 1e9
+"""Marks the rate of an operator held for lack of evidence (see :func:`bound_held`)."""
+
+
+@dataclass(frozen=True)
+class Planning:
+    """A problem to solve, or why there is none yet (``problem is None``)."""
+
+    problem: PlacementProblem | None
+    rates: dict[str, Estimate]
+    """Input rows per replica-second per operator, and their source."""
+    why: str = ""
+
+
+def plannable(snap: Snapshot) -> list[OperatorSnapshot]:
+    """Operators a plan can change: running task and actor operators, a Write sink left out."""
+    return [o for o in snap.operators
+            if o.config.kind in ("task", "actor") and not o.completed and not estimates.is_sink(o)]
+
+
+def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, OperatorTrack],
+          settings: TridentSettings, memory_limit_bytes: int | None) -> Planning:
+    cluster = snap.cluster
+    if cluster.cpus <= 0:
+        return Planning(None, {}, "observing: the cluster's size is not known yet")
+    typed = dict(cluster.gpus_by_type)
+    gpu_ops = [o for o in ops if o.config.num_gpus > 0]
+    per_type = bool(typed) and all(o.config.accelerator_type in typed for o in gpu_ops)
+    nodes = [NodeType(name=CPU, count=1, cpus=cluster.cpus)]
+    if per_type:
+        nodes += [NodeType(name=t, count=1, cpus=cluster.cpus, gpus=g, gpu_type=t) for t, g in typed.items() if g > 0]
+    elif cluster.gpus > 0:
+        nodes.append(NodeType(name=ANY_GPU, count=1, cpus=cluster.cpus, gpus=cluster.gpus))
+    specs, current, rates, missing = [], {}, {}, []
+    # a replica not measured yet is assumed as large as the largest replica measured so far
+    heap_prior = max((estimates.heap(tracks[o.name], key_of(o.config), settings) for o in ops
+                      if o.config.kind == "actor"), default=0.0)
+    sels = estimates.selectivities(ops, tracks)
+    f, factors = 1.0, []
+    for sel in sels:
+        factors.append(f)
+        f *= sel
+    for i, o in enumerate(ops):
+        tr = tracks[o.name]
+        key = key_of(o.config)
+        rate_out, source = estimates.rate(tr, o, key, settings)
+        if rate_out is None and not starved(tr):
+            return Planning(None, rates, f"observing: no finished task of {o.name} in its current configuration yet")
+        replicas = o.config.replicas if o.config.replicas is not None else max(o.tasks_running, 1)
+        device = CPU if o.config.num_gpus <= 0 else (o.config.accelerator_type if per_type else ANY_GPU)
+        lo, hi = o.config.min_replicas, o.config.max_replicas
+        if rate_out is None:
+            missing.append(o.name)
+        if rate_out is None:
+            rate_in, lo, hi = UNKNOWN_RATE, replicas, replicas  # held as it is: no evidence to move it
+        else:
+            rate_in = rate_out / sels[i]
+            if o.config.replicas is None:  # an uncapped task operator takes the CPUs it needs, no more
+                lo, hi = 1, None
+        if o.input_queue_blocks == 0 and all(u.completed for u in snap.operators if u.index < o.index):
+            cap = max(replicas, lo or 0)  # its input is all handed out: more replicas would idle
+            hi = cap if hi is None else min(hi, cap)
+        rates[o.name] = Estimate(rate_in, source)
+        heap = estimates.heap(tr, key, settings) or (heap_prior if o.config.kind == "actor" else 0.0)
+        options = [DeviceOption(device=device, rate_rows_per_s=rate_in, cpus=o.config.num_cpus,
+                                gpus=o.config.num_gpus, memory_bytes=int(heap))]
+        if per_type and device != CPU and rate_out is not None:
+            options += _typed_options(tr, o, key, typed, device, sels[i], settings)
+        specs.append(OperatorSpec(name=o.name, options=tuple(options), selectivity=sels[i],
+                                  min_replicas=lo, max_replicas=hi,
+                                  cold_start_s=estimates.cold_start_s(tr, o, settings),
+                                  single_device=o.config.kind == "actor"))
+        current[(o.name, device, CPU if device == CPU else device)] = replicas
+    if len(missing) == len(ops):
+        return Planning(None, rates, f"observing: no throughput measured yet for {', '.join(missing)}")
+    specs = bound_held(specs, factors, slots=cluster.cpus + cluster.gpus)
+    limit = memory_limit_bytes or cluster.memory_limit_bytes
+    problem = PlacementProblem(operators=tuple(specs), node_types=tuple(nodes), current=Allocation.of(current),
+                               memory_limit_bytes=limit, cpus_limit=cluster.cpus, horizon_s=settings.horizon_s,
+                               hysteresis=settings.hysteresis, time_limit_s=settings.solver_time_limit_s)
+    left_s = remaining_s(snap, problem, tracks)
+    if left_s is not None:  # a cold start is amortised over the work left, at most the horizon
+        problem = replace(problem, horizon_s=max(min(settings.horizon_s, left_s), 1.0))
+    return Planning(problem, rates)
+
+
+def _typed_options(tr: OperatorTrack, o: OperatorSnapshot, key: ConfigKey, typed: dict[str, float], device: str,
+                   selectivity: float, settings: TridentSettings) -> list[DeviceOption]:
+    """The operator's rate on each other accelerator type it was measured on."""
+    out = []
+    for t in typed:
+        alt = ConfigKey(key.batch_size, t, key.num_gpus)
+        if t == device or not any(r.key == alt for r in tr.rates):
+            continue
+        alt_rate = estimates.rate(tr, o, alt, settings).rows_per_s
+        if alt_rate:
+            out.append(DeviceOption(device=t, rate_rows_per_s=alt_rate / selectivity,
+                                    cpus=o.config.num_cpus, gpus=o.config.num_gpus,
+                                    memory_bytes=int(estimates.heap(tr, alt, settings))))
+    return out
+
+
+def bound_held(specs: list[OperatorSpec], factors: list[float], *, slots: float) -> list[OperatorSpec]:
+    """Give each operator held for lack of evidence (rate ``UNKNOWN_RATE``) a finite rate that
+    cannot limit the plan: ten times what the measured operators could sustain at their most
+    replicas (``slots`` where unbounded). A finite rate keeps the solver's scaling sane."""
+    held = [sp.options[0].rate_rows_per_s >= UNKNOWN_RATE for sp in specs]
+    reach = [sp.options[0].rate_rows_per_s * (sp.max_replicas or slots) / f
+             for sp, f, h in zip(specs, factors, held) if not h]
+    if not reach:
+        return specs
+    t_max = 10 * max(min(reach), 1e-9)
+    out = []
+    for sp, f, h in zip(specs, factors, held):
+        if h:
+            rate = t_max * f / max(sp.min_replicas, 1)
+            sp = replace(sp, options=tuple(replace(o, rate_rows_per_s=rate) for o in sp.options))
+        out.append(sp)
+    return out
+
+
+def remaining_s(snap: Snapshot, problem: PlacementProblem, tracks: dict[str, OperatorTrack]) -> float | None:
+    """Seconds of work left at the current plan's modelled throughput (input rows/s)."""
+    left = estimates.remaining_rows(snap, tracks)
+    t = throughput_of(problem, problem.current) if problem.current else 0.0
+    if left is None or t <= 0:
+        return None
+    return left / t
+
+
+def targets(ops: list[OperatorSnapshot], alloc: Allocation) -> tuple[OperatorTarget, ...]:
+    """The allocation's changes as operator targets (replicas, and accelerator type where it moves)."""
+    out = []
+    for o in ops:
+        if o.config.replicas is None:
+            continue
+        n = alloc.replicas(o.name)
+        device = next(iter(alloc.by_device(o.name)), None)
+        if device not in (None, CPU, ANY_GPU) and device != o.config.accelerator_type:
+            out.append(OperatorTarget(name=o.name, replicas=n, accelerator_type=device))
+        elif n != o.config.replicas:
+            out.append(OperatorTarget(name=o.name, replicas=n))
+    return tuple(out)
+
+
+def utilisation(problem: PlacementProblem, t: float) -> dict[str, float]:
+    """Demand over capacity per operator at throughput ``t`` under the current plan."""
+    cur = problem.current.as_dict() if problem.current else {}
+    out = {}
+    for spec, f in zip(problem.operators, problem.demand_factors()):
+        cap = sum(spec.option(d).rate_rows_per_s * c for (o, d, _), c in cur.items() if o == spec.name)
+        out[spec.name] = t * f / cap if cap > 0 else math.inf
+    return out
+
+
+def memory_room(problem: PlacementProblem, new: Allocation) -> dict:
+    """Memory left under the limit by the current replicas, and what a new replica of each
+    operator takes where the new plan puts it (bytes, as the plan estimates them)."""
+    if problem.memory_limit_bytes is None or problem.current is None:
+        return {}
+    specs = {sp.name: sp for sp in problem.operators}
+    used = sum(specs[o].option(d).memory_bytes * n for (o, d, _), n in problem.current.as_dict().items())
+    each = {}
+    for (o, d, _), n in new.as_dict().items():
+        if n > 0:
+            each[o] = max(each.get(o, 0.0), float(specs[o].option(d).memory_bytes))
+    return {"free_memory_bytes": float(problem.memory_limit_bytes - used), "memory_per_replica_bytes": each}
+
+
+def starved(tr: OperatorTrack, last: int = 10) -> bool:
+    """Whether the operator mostly had nothing to run lately: nothing queued, or nothing running
+    (a pool waiting to fill a batch). A pool still starting its actors is not starved."""
+    recent = list(tr.snaps)[-last:]
+    idle = sum((o.input_queue_blocks == 0 or o.tasks_running == 0) and o.actors_pending == 0 for _, o in recent)
+    return bool(recent) and idle >= 0.8 * len(recent)
+
+
+def used(o: OperatorSnapshot) -> tuple[float, float]:
+    """(CPUs, GPUs) the operator holds now."""
+    n = o.config.replicas if o.config.replicas is not None else o.tasks_running
+    return n * o.config.num_cpus, n * o.config.num_gpus

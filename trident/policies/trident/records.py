@@ -1,0 +1,73 @@
+"""Typed records the ``trident`` policy keeps between steps (no positional tuples)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from trident.model.features import device_type_of
+from trident.types import OperatorConfig
+
+
+class ConfigKey(NamedTuple):
+    """What a measured rate or heap belongs to."""
+
+    batch_size: int | None
+    device: str
+    num_gpus: float
+
+
+def key_of(cfg: OperatorConfig) -> ConfigKey:
+    return ConfigKey(cfg.batch_size, device_type_of(cfg), cfg.num_gpus)
+
+
+class RateSample(NamedTuple):
+    """Output rows per busy replica-second of one configuration over one window."""
+
+    time_s: float
+    key: ConfigKey
+    rows_per_s: float
+
+
+class Counters(NamedTuple):
+    """An operator's cumulative counters at one moment (a window's or a regime's start)."""
+
+    time_s: float
+    rows_out: int
+    busy_s: float | None
+    rows_in: int
+    bytes_in: int
+
+
+@dataclass
+class Stall:
+    """No task of a working operator finished since ``since_s``."""
+
+    since_s: float
+    tasks_finished: int
+    replicas: int
+    bound_time_s: float | None = None
+    """Time of the rate sample the stall's bound stands as, once it ended the regime."""
+
+
+class Assumed(NamedTuple):
+    """What the last plan assumed of an operator's rate (rows out per busy replica-second)."""
+
+    key: ConfigKey
+    rows_per_s: float
+    flagged: bool = False
+    """A measured rate was already found far off it (the plan is being revisited)."""
+
+
+class Estimate(NamedTuple):
+    """An operator's rate to plan with (input rows per replica-second) and where it came from."""
+
+    rows_per_s: float | None
+    source: str
+
+
+class Bounds(NamedTuple):
+    """Replicas the inner loop may move a pool within (set by the planner)."""
+
+    lo: int
+    hi: int | None
+    why: str

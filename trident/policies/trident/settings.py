@@ -1,0 +1,91 @@
+"""Every threshold of the ``trident`` policy, named and documented (seconds, fractions, counts)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trident.errors import ConfigError
+
+
+@dataclass(frozen=True, kw_only=True)
+class TridentSettings:
+    """How often and how cautiously the policy acts."""
+
+    # --- the inner loop (every step, Ray's reactive rule within the planner's bounds) --------
+    upscale_util: float = 1.75
+    """Tasks in flight per actor slot at or above which a pool grows (Ray Data's default)."""
+    downscale_util: float = 0.5
+    """Tasks in flight per actor slot at or below which a pool shrinks by one (Ray Data's default)."""
+    # --- the outer planner ---------------------------------------------------------------------
+    plan_interval_s: float = 5.0
+    """Seconds between two looks at the plan when nothing changed."""
+    min_dwell_s: float = 15.0
+    """Seconds a finished rollout stands before another plan, unless the data changed."""
+    dwell_cold_starts: float = 3.0
+    """The dwell in cold starts of the slowest operator, when longer than ``min_dwell_s``."""
+    hysteresis: float = 0.10
+    """Throughput gain a new plan needs over the current one."""
+    horizon_s: float = 600.0
+    """Seconds over which a cold start is amortised (shortened by the remaining work when known)."""
+    rate_window_s: float = 5.0
+    """Seconds per throughput measurement."""
+    max_rate_window_s: float = 60.0
+    """Longest a measurement waits for the rows of a busy operator's long batch (seconds)."""
+    min_rate_windows: int = 3
+    """Measurements of a configuration after which its median rate replaces the busy-time rate."""
+    min_busy_s: float = 0.5
+    """Busy replica-seconds of finished tasks needed before a busy-time rate is planned with."""
+    refit_interval_s: float = 120.0
+    """Seconds between GP refits of one operator (and after each change)."""
+    history: int = 240
+    """Snapshots per operator kept for the filters and models."""
+    memory_margin: float = 0.15
+    """Relative margin over the largest heap per replica observed."""
+    stable_heap_samples: int = 20
+    """Heap samples of one configuration after which a third of the margin is kept."""
+    default_cold_start_s: float = 10.0
+    """Cold start of an actor before one was observed."""
+    solver_time_limit_s: float = 0.5
+    """Wall-clock limit of one MILP solve (the plan is checked for feasibility either way)."""
+    # --- rollouts -------------------------------------------------------------------------------
+    stuck_intervals: int = 2
+    """Steps a pool may stand still short of its target (plus the cold start once an actor is
+    pending) before the obstacle is looked for and the plan redone."""
+    rollout_timeout_s: float = 120.0
+    """Most seconds a rollout phase waits, whatever moves."""
+    # --- accelerator types -----------------------------------------------------------------------
+    explore_windows: int = 2
+    """Rate windows a GPU pool needs on each accelerator type before the planner chooses its type."""
+    explore_min_remaining_s: float = 90.0
+    """Remaining work (seconds at the current rate) below which no type is explored."""
+    # --- batch size and regimes ------------------------------------------------------------------
+    bo_trials: int = 3
+    """Batch sizes the optimiser may try per operator and regime (0 disables it)."""
+    bo_min_remaining_s: float = 60.0
+    """Remaining work (seconds at the current rate) below which no batch size is tried."""
+    min_change: float = 0.10
+    """Relative shift a changepoint needs to start a new regime (smaller ones are noise)."""
+    shift_ratio: float = 1.5
+    """Factor off its median a configuration's rate must be, ``shift_windows`` windows in a row,
+    to end the regime at once (a fast check beside the changepoint detector)."""
+    shift_windows: int = 2
+    """Windows in a row for the fast regime check."""
+
+    def __post_init__(self) -> None:
+        for name in ("plan_interval_s", "rate_window_s", "max_rate_window_s", "refit_interval_s",
+                     "solver_time_limit_s", "rollout_timeout_s", "horizon_s", "min_busy_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(name, getattr(self, name), "a number of seconds > 0")
+        if not 0 < self.downscale_util < self.upscale_util:
+            raise ConfigError("downscale_util/upscale_util", (self.downscale_util, self.upscale_util),
+                              "0 < downscale_util < upscale_util")
+        if self.shift_ratio <= 1 or self.shift_windows < 1:
+            raise ConfigError("shift_ratio/shift_windows", (self.shift_ratio, self.shift_windows), "> 1, >= 1")
+        if self.min_dwell_s < 0 or self.dwell_cold_starts < 0 or self.hysteresis < 0 or self.memory_margin < 0:
+            raise ConfigError("min_dwell_s/dwell_cold_starts/hysteresis/memory_margin",
+                              (self.min_dwell_s, self.dwell_cold_starts, self.hysteresis, self.memory_margin),
+                              "numbers >= 0")
+        if (self.min_rate_windows < 1 or self.history < 20 or self.bo_trials < 0 or self.stable_heap_samples < 1
+                or self.stuck_intervals < 1):
+            raise ConfigError("min_rate_windows/history/bo_trials/stable_heap_samples/stuck_intervals",
+                              (self.min_rate_windows, self.history, self.bo_trials, self.stable_heap_samples,
+                               self.stuck_intervals), ">= 1, >= 20, >= 0, >= 1, >= 1")

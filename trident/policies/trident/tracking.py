@@ -1,0 +1,309 @@
+"""Observation: what the ``trident`` policy learns of each operator from each snapshot.
+
+Per operator: rate windows (rows out per busy replica-second), input bytes per row, heap per
+replica, cold starts and stalls. Changepoints on throughput and row size end a regime, and so
+do two rate windows in a row far off the configuration's median (a fast check for short
+runs), and so does a stall (no task finishing) that bounds the rate far below it: samples
+from before are dropped, the old model is remembered (a regime that recurs reuses it at once)
+and the plan is revisited. The filtered samples of a regime fit a GP model, when due.
+"""
+from __future__ import annotations
+
+import warnings
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trident.detect.changepoint import ChangeDetector, ChangeEvent
+from trident.model.features import device_type_of
+from trident.model.gp import OperatorModel
+from trident.model.regimes import RegimeStore
+from trident.observe.filters import sustainable_samples
+from trident.plan.milp import ANY_GPU, CPU
+from trident.policies.trident.records import Assumed, ConfigKey, Counters, RateSample, Stall, key_of
+from trident.policies.trident.settings import TridentSettings
+from trident.types import OperatorSnapshot
+
+MIN_TASKS_FOR_SELECTIVITY = 4
+"""Finished tasks before rows out per row in is trusted (1 until then): the first tasks' counts
+run ahead of the bytes Ray has marked as processed."""
+
+
+@dataclass
+class OperatorTrack:
+    """What the policy knows about one operator."""
+
+    name: str
+    model: OperatorModel
+    regimes: RegimeStore
+    rate_detector: ChangeDetector
+    size_detector: ChangeDetector
+    snaps: deque = field(default_factory=deque)
+    """(time_s, OperatorSnapshot) of the current regime, the newest last."""
+    rates: list[RateSample] = field(default_factory=list)
+    heap: dict[ConfigKey, float] = field(default_factory=dict)
+    """Largest heap bytes per replica seen, per configuration."""
+    heap_samples: dict[ConfigKey, int] = field(default_factory=dict)
+    key: ConfigKey | None = None
+    window: Counters | None = None
+    pending_since_s: float | None = None
+    cold_start_s: float | None = None
+    regime_start_s: float = 0.0
+    fitted_at_s: float | None = None
+    needs_fit: bool = False
+    matched: bool = False
+    bo_tried: int = 0
+    selectivity: float = 1.0
+    shifting: list[tuple[float, float]] = field(default_factory=list)
+    """(time_s, rows/s) of consecutive windows off the median."""
+    stall: Stall | None = None
+
+    def measured(self, key: ConfigKey, last: int = 8) -> list[float]:
+        return [r.rows_per_s for r in self.rates if r.key == key][-last:]
+
+
+class Observer:
+    """Keeps an :class:`OperatorTrack` per operator; ``changed`` says the plan should be revisited."""
+
+    def __init__(self, *, settings: TridentSettings, rng: np.random.Generator, seed: int) -> None:
+        self.settings = settings
+        self.rng = rng
+        self.seed = seed
+        self.tracks: dict[str, OperatorTrack] = {}
+        self.assumed: dict[str, Assumed] = {}
+        self.changed = False
+
+    def track(self, op: OperatorSnapshot) -> OperatorTrack:
+        tr = self.tracks.get(op.name)
+        if tr is None:
+            devices = tuple(sorted({device_type_of(op.config), CPU, ANY_GPU}))
+            detector = dict(window=120, min_size=4, min_samples=12, penalty_scale=6.0)
+            tr = OperatorTrack(
+                name=op.name,
+                model=OperatorModel(device_types=devices, window_samples=self.settings.history,
+                                    seed=int(self.rng.integers(2**31 - 1))),
+                regimes=RegimeStore(),
+                rate_detector=ChangeDetector(signal=f"{op.name} rows/s per replica", **detector),
+                size_detector=ChangeDetector(signal=f"{op.name} input bytes per row", **detector),
+                snaps=deque(maxlen=self.settings.history),
+            )
+            self.tracks[op.name] = tr
+        return tr
+
+    # --- one snapshot of one operator ------------------------------------------------------------
+
+    def observe(self, op: OperatorSnapshot, t: float) -> list[str]:
+        tr = self.track(op)
+        notes: list[str] = []
+        done = op.rows_in_done_total if op.rows_in_done_total is not None else op.rows_in_total
+        if done > 0 and op.rows_out_total > 0 and op.tasks_finished >= MIN_TASKS_FOR_SELECTIVITY:
+            tr.selectivity = op.rows_out_total / done  # rows in flight are in but not yet out: not counted
+        key = key_of(op.config)
+        if key != tr.key:
+            if tr.key is not None:  # our own reconfiguration: measurements restart, not a regime change
+                tr.rate_detector.reset()
+            tr.key, tr.window = key, None
+        self._cold_start(tr, op, t)
+        if op.heap_rss_per_replica_bytes:
+            notes += self._heap_sample(tr, op, key)
+        tr.snaps.append((t, op))
+        if op.completed:
+            return notes
+        notes += self._check_stall(tr, op, key, t)
+        cur = Counters(t, op.rows_out_total, op.busy_s, op.rows_in_total, op.bytes_in_total)
+        if tr.window is None or (op.actors_pending > 0 and op.busy_s is None):
+            tr.window = cur  # without busy time, starting actors would read as a low rate
+            return notes
+        if t - tr.window.time_s < self.settings.rate_window_s:
+            return notes
+        w = tr.window
+        busy = op.busy_s is not None and w.busy_s is not None and op.busy_s - w.busy_s > 0.2 * (t - w.time_s)
+        working = busy or (op.busy_s is not None and op.tasks_running > 0)
+        if working and op.rows_out_total == w.rows_out and t - w.time_s < self.settings.max_rate_window_s:
+            return notes  # working on a long batch: the window lasts until rows come out
+        tr.window = cur
+        rate = None
+        if busy:
+            rate = (op.rows_out_total - w.rows_out) / (op.busy_s - w.busy_s)
+        elif op.busy_s is None and not op.backpressured and op.input_queue_blocks > 0:
+            running = op.actors_running if op.config.kind == "actor" else op.tasks_running
+            if running > 0:
+                rate = (op.rows_out_total - w.rows_out) / (t - w.time_s) / running
+        events: list[ChangeEvent] = []
+        if rate is not None and rate > 0:
+            shift = self._level_shift(tr, key, rate, t)
+            notes += self._check_assumption(tr, key, rate)
+            tr.rates.append(RateSample(t, key, rate))
+            ev = tr.rate_detector.update(rate, now=t, times_s=[t])
+            if shift is not None:
+                tr.rate_detector.reset()
+                events.append(shift)
+            elif ev is not None:
+                events.append(ev)
+        if op.rows_in_total - w.rows_in > 0:
+            ev = tr.size_detector.update((op.bytes_in_total - w.bytes_in) / (op.rows_in_total - w.rows_in),
+                                         now=t, times_s=[t])
+            if ev is not None:
+                events.append(ev)
+        for ev in events:
+            shift = abs(ev.mean_after - ev.mean_before) / max(abs(ev.mean_before), 1e-12)
+            if shift >= self.settings.min_change:
+                notes.append(self.new_regime(tr, ev))
+        return notes
+
+    @staticmethod
+    def _cold_start(tr: OperatorTrack, op: OperatorSnapshot, t: float) -> None:
+        """The shortest wait from an actor pending to none pending (longer ones also waited for
+        resources or for a rolling update)."""
+        if op.actors_pending > 0 and tr.pending_since_s is None:
+            tr.pending_since_s = t
+        elif op.actors_pending == 0 and tr.pending_since_s is not None:
+            waited = t - tr.pending_since_s
+            tr.cold_start_s = waited if tr.cold_start_s is None else min(tr.cold_start_s, waited)
+            tr.pending_since_s = None
+
+    def _heap_sample(self, tr: OperatorTrack, op: OperatorSnapshot, key: ConfigKey) -> list[str]:
+        """Record the largest heap per replica; every running replica is one sample. The plan is
+        revisited once the estimate stands on ``stable_heap_samples`` samples (its margin shrinks)."""
+        tr.heap[key] = max(tr.heap.get(key, 0.0), float(op.heap_rss_per_replica_bytes))
+        before = tr.heap_samples.get(key, 0)
+        tr.heap_samples[key] = before + max(1, op.actors_running)
+        if before < self.settings.stable_heap_samples <= tr.heap_samples[key]:
+            self.changed = True
+            return [f"{tr.name}: heap {tr.heap[key] / 2**20:.0f} MiB per replica confirmed by "
+                    f"{tr.heap_samples[key]} replica samples; a third of the memory margin is kept"]
+        return []
+
+    def _check_stall(self, tr: OperatorTrack, op: OperatorSnapshot, key: ConfigKey, t: float) -> list[str]:
+        """Censored evidence: while no task of a working operator finishes, each replica makes at
+        most (rows per task) / (seconds stalled). Once that bound falls ``shift_ratio`` below the
+        rate the configuration was measured (or planned) at, the regime ends at the stall's start
+        and the bound stands as its first rate sample, tightened while the stall lasts."""
+        replicas = op.actors_running if op.config.kind == "actor" else op.tasks_running
+        if op.tasks_running == 0 or op.actors_pending > 0 or op.backpressured:
+            tr.stall = None
+            return []
+        st = tr.stall
+        if st is None or st.tasks_finished != op.tasks_finished or st.replicas != replicas:
+            tr.stall = Stall(since_s=t, tasks_finished=op.tasks_finished, replicas=replicas)
+            return []
+        stalled_s = t - st.since_s
+        if st.tasks_finished == 0 or stalled_s < self.settings.rate_window_s:
+            return []
+        bound = op.rows_out_total / st.tasks_finished / stalled_s
+        if st.bound_time_s is not None:  # already a new regime: tighten its first sample
+            at = next((i for i, r in enumerate(tr.rates) if r.time_s == st.bound_time_s and r.key == key), None)
+            if at is not None:
+                tr.rates[at] = RateSample(t, key, bound)
+                st.bound_time_s = t
+            return []
+        measured = tr.measured(key)
+        planned = self.assumed.get(tr.name)
+        if len(measured) >= self.settings.min_rate_windows:
+            ref = float(np.median(measured))
+        elif planned is not None and planned.key == key:
+            ref = planned.rows_per_s
+        else:
+            return []
+        if bound * self.settings.shift_ratio >= ref:
+            return []
+        ev = ChangeEvent(signal=f"{tr.name} rows/s per replica", index=len(measured), changed_at_s=st.since_s,
+                         detected_at_s=t, mean_before=ref, mean_after=bound, samples_since_change=1,
+                         reason=f"{tr.name}: no task finished for {stalled_s:.0f} s, at most {bound:.3g} rows/s "
+                                f"per replica (was {ref:.3g})")
+        tr.rate_detector.reset()
+        tr.shifting = []
+        note = self.new_regime(tr, ev)
+        tr.rates = [r for r in tr.rates if r.time_s > st.since_s]  # a window that closed as the stall began
+        tr.rates.append(RateSample(t, key, bound))
+        st.bound_time_s = t
+        return [note]
+
+    def _check_assumption(self, tr: OperatorTrack, key: ConfigKey, rate: float) -> list[str]:
+        """A measured rate far off what the last plan assumed for this configuration ends the
+        dwell: that plan was made on a wrong premise."""
+        planned = self.assumed.get(tr.name)
+        if planned is None or planned.key != key or planned.flagged:
+            return []
+        ratio = self.settings.shift_ratio
+        if planned.rows_per_s / ratio <= rate <= planned.rows_per_s * ratio:
+            return []
+        self.assumed[tr.name] = planned._replace(flagged=True)
+        self.changed = True
+        return [f"{tr.name}: measured {rate:.3g} rows/s per replica, the last plan assumed "
+                f"{planned.rows_per_s:.3g}; revisiting the plan"]
+
+    def _level_shift(self, tr: OperatorTrack, key: ConfigKey, rate: float, t: float) -> ChangeEvent | None:
+        """``shift_windows`` windows in a row whose rate is off the configuration's median (or, before
+        it has ``min_rate_windows``, off what the plan assumed) by more than ``shift_ratio`` (either
+        way) end the regime at the first of them."""
+        s = self.settings
+        before = [(r.time_s, r.rows_per_s) for r in tr.rates if r.key == key]
+        steady = [r for tt, r in before if not tr.shifting or tt < tr.shifting[0][0]][-8:]
+        planned = self.assumed.get(tr.name)
+        if len(steady) >= s.min_rate_windows:
+            ref = float(np.median(steady))
+        elif planned is not None and planned.key == key:  # too few windows yet: what the plan assumed
+            ref = planned.rows_per_s
+        else:
+            tr.shifting = []
+            return None
+        up = rate > ref * s.shift_ratio
+        down = rate < ref / s.shift_ratio
+        if not (up or down) or (tr.shifting and (tr.shifting[-1][1] > ref) != up):
+            tr.shifting = [(t, rate)] if up or down else []
+            return None
+        tr.shifting.append((t, rate))
+        if len(tr.shifting) < s.shift_windows:
+            return None
+        start, after = tr.shifting[0][0], float(np.median([r for _, r in tr.shifting]))
+        tr.shifting = []
+        return ChangeEvent(signal=f"{tr.name} rows/s per replica", index=len(before), changed_at_s=start,
+                           detected_at_s=t, mean_before=ref, mean_after=after, samples_since_change=s.shift_windows,
+                           reason=f"{tr.name} rows/s per replica {ref:.3g} -> {after:.3g} over "
+                                  f"{s.shift_windows} windows from t={start:.0f} s")
+
+    def new_regime(self, tr: OperatorTrack, ev: ChangeEvent) -> str:
+        """A change: forget what came before it, remember the old model, revisit the plan."""
+        start = ev.changed_at_s
+        tr.rates = [r for r in tr.rates if r.time_s >= start]
+        tr.snaps = deque(((t, o) for t, o in tr.snaps if t >= start), maxlen=tr.snaps.maxlen)
+        tr.heap_samples = {}  # the largest heap stays (memory must never be underestimated),
+        # but the full margin is back until the new regime has confirmed it
+        if tr.model.is_fitted:
+            tr.regimes.remember(tr.model)
+            tr.model = OperatorModel(device_types=tr.model.encoder.device_types, window_samples=self.settings.history,
+                                     seed=int(self.rng.integers(2**31 - 1)))
+        tr.regime_start_s, tr.needs_fit, tr.matched, tr.bo_tried = start, True, False, 0
+        self.assumed.pop(tr.name, None)
+        self.changed = True
+        return f"change: {ev.reason}; dropped samples before t={start:.0f} s"
+
+    # --- models ----------------------------------------------------------------------------------
+
+    def fit_due(self, tr: OperatorTrack, t: float) -> bool:
+        if len(tr.snaps) < 12 or tr.fitted_at_s is None:
+            return len(tr.snaps) >= 12
+        since = t - tr.fitted_at_s
+        return since >= self.settings.refit_interval_s or (tr.needs_fit and since >= self.settings.rate_window_s)
+
+    def fit(self, tr: OperatorTrack, t: float) -> list[str]:
+        """Filter the regime's snapshots, try a remembered regime, refit the operator's model."""
+        notes = []
+        with warnings.catch_warnings():  # hyperparameters at their bounds are expected on small windows
+            warnings.filterwarnings("ignore", module="sklearn")
+            times = [s[0] for s in tr.snaps]
+            filt = sustainable_samples([s[1] for s in tr.snaps], times_s=times, seed=self.seed)
+            if not tr.model.is_fitted and not tr.matched and len(tr.regimes):
+                model, match = tr.regimes.match(filt.kept[-8:])
+                if model is not None:
+                    tr.model, tr.matched = model, True
+                    self.changed = True
+                    notes.append(f"{tr.name}: {match.reason}; its model is reused")
+            tr.fitted_at_s = t
+            if len(filt.kept) >= tr.model.min_samples:
+                rep = tr.model.fit(filt.kept)
+                tr.needs_fit = not rep.ok
+                notes.append(f"{tr.name}: {filt.reason}; {rep.reason}")
+        return notes
