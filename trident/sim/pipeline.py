@@ -24,7 +24,7 @@ driver to the same outcomes. Deterministic for a seed.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -345,6 +345,13 @@ class PipelineSim:
             self.reconfigurations += 1
         st.batch_size, st.num_gpus, st.accelerator_type = new_batch, new_gpus, new_type
         live = sum(g.count for g in st.groups if not g.retiring and g.release_at_s is None)
+        for g in st.groups:  # a rising target puts drained replicas back to work first
+            if n > live and g.release_at_s is not None and not g.retiring:
+                back = min(n - live, g.count)
+                if back < g.count:
+                    st.groups.append(replace(g, count=g.count - back))
+                g.count, g.release_at_s = back, None
+                live += back
         if n > live:
             st.groups.append(_Group(count=n - live, batch_size=new_batch, num_gpus=new_gpus,
                                     accelerator_type=new_type, ready_at_s=None))

@@ -7,8 +7,8 @@ jumps to what its backlog needs (in-flight plus queued tasks at ``upscale_util``
 backlog-aware variant does), at most doubling per step, so it reaches its size in fewer cold
 starts than one actor per tick. Every pool moves only within the bounds the planner set
 (``lo..hi``), within the memory limit (heap per replica as measured), and within the CPUs
-and GPUs left free: when the pools together want more than is free, the most utilised pool
-is served first. Pure: no Ray, no clock.
+and GPUs left free: when the pools together want more than is free, replicas go one at a time
+to the pool with the most tasks in flight per replica (counting those already granted). Pure: no Ray, no clock.
 """
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def inner_targets(snap: Snapshot, bounds: dict[str, Bounds], heap_bytes: dict[st
         if want != o.config.replicas:
             wants[o.name] = (want, f"{why}; bounds {b.lo}..{'-' if b.hi is None else b.hi} ({b.why})")
     targets, reasons = [], []
-    # growth first for the most utilised pools, one replica at a time within the room left
+    # growth one replica at a time within the room left, to the most loaded pool as granted so far
     grow = {o.name: o for o in pools if o.name in wants and wants[o.name][0] > (o.config.replicas or 0)}
     granted = {name: grow[name].config.replicas or 0 for name in grow}
     blocked: dict[str, str] = {}
@@ -138,7 +138,7 @@ def inner_targets(snap: Snapshot, bounds: dict[str, Bounds], heap_bytes: dict[st
         open_ = [n for n in grow if granted[n] < wants[n][0] and n not in blocked]
         if not open_:
             break
-        n = max(open_, key=lambda k: (pool_view(grow[k]).util, k))
+        n = max(open_, key=lambda k: (grow[k].tasks_in_flight / max(granted[k], 1), k))  # utilisation as granted
         o, h = grow[n], heap_bytes.get(n, 0.0)
         if memory_limit_bytes is not None and h <= 0:
             blocked[n] = "its heap per replica is not measured yet (memory limit)"

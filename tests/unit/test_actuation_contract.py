@@ -1,0 +1,98 @@
+"""The fluid simulator applies pool targets as the shim's pool driver does, so that simulated
+results carry over: one contract, two implementations (the driver on a stand-in for Ray Data's
+actor pool, and :class:`~trident.sim.pipeline.PipelineSim`).
+
+Each case starts a pool in a state, sets a target and reads (serving, draining, pending) replicas
+at once and once the drained replicas' work is done."""
+from dataclasses import dataclass
+
+import pytest
+from fake_pool import FakePool
+
+from trident.ray_data.rollout import drive_to
+from trident.sim.pipeline import PipelineSim, PipelineSpec, SimNodes, SimOperator
+from trident.types import OperatorTarget
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    running: int
+    pending: int
+    targets: tuple[int, ...]
+    """Applied one after the other, each before the drained replicas' work is done."""
+    now: tuple[int, int, int]
+    """(serving, draining, pending) right after the last target."""
+    done: tuple[int, int, int]
+    """The same once every drained replica finished its batch."""
+
+
+CASES = [
+    Case("pending actors are cancelled before a busy one is drained", running=2, pending=2, targets=(2,),
+         now=(2, 0, 0), done=(2, 0, 0)),
+    Case("busy surplus actors stop getting work and go once done", running=4, pending=0, targets=(2,),
+         now=(2, 2, 0), done=(2, 0, 0)),
+    Case("a rising target puts drained actors back to work first", running=4, pending=0, targets=(1, 3),
+         now=(3, 1, 0), done=(3, 0, 0)),
+    Case("a target above the pool starts new actors (pending until up)", running=2, pending=0, targets=(4,),
+         now=(2, 0, 2), done=(2, 0, 2)),
+]
+
+
+def _shim(case: Case) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    pool = FakePool({f"a{i}": 2 for i in range(case.running)}, pending=case.pending)
+    started = 0
+
+    def scale(req, _orig=pool.scale):
+        nonlocal started
+        if req.delta > 0:
+            pool.pending += req.delta
+            started += req.delta
+            return req.delta
+        return _orig(req)
+
+    pool.scale = scale
+    for t in case.targets:
+        drive_to(pool, target=t, budget=None, reason="contract")
+
+    def observe():
+        retiring = getattr(pool, "trident_retiring", set())
+        return len(pool._running_actors) - len(retiring), len(retiring), pool.pending
+
+    now = observe()
+    for state in pool._running_actors.values():  # every task in flight finishes
+        state.num_tasks_in_flight = 0
+    drive_to(pool, target=case.targets[-1], budget=None, reason="contract")
+    return now, observe()
+
+
+def _sim(case: Case) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    # one GPU per replica; the cluster has room for the running ones only, the rest stay pending
+    model = SimOperator(name="model", kind="actor", peak_rows_per_s=(("A", 10.0),), replicas=case.running + case.pending,
+                        max_replicas=8, num_gpus=1, accelerator_type="A", batch_size=10, cold_start_s=0.0)
+    src = SimOperator(name="read", kind="task", peak_rows_per_s=(("cpu", 1e4),), replicas=1)
+    spec = PipelineSpec(operators=(src, model), nodes=(SimNodes(count=1, cpus=64, gpus=case.running, gpu_type="A"),),
+                        total_rows=100_000, noise=0.0, spike_prob=0.0)
+    sim = PipelineSim(spec, policy="ray")
+    sim._advance(0.5)
+    st = sim.ops[1]
+    for t in case.targets:
+        sim._apply(OperatorTarget(name="model", replicas=t))
+
+    def observe():
+        serving = sum(g.count for g in st.groups if sim._is_warm(g) and g.release_at_s is None)
+        draining = sum(g.count for g in st.groups if g.release_at_s is not None)
+        return serving, draining, sum(g.count for g in st.groups if not sim._is_warm(g))
+
+    now = observe()
+    for _ in range(4):  # a batch of 10 rows at 10 rows/s: one second
+        sim._advance(0.5)
+    return now, observe()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("actuate", [_shim, _sim], ids=["shim", "sim"])
+def test_pool_targets_are_applied_to_the_contract(case, actuate):
+    now, done = actuate(case)
+    assert now == case.now, f"right after the target: {now}"
+    assert done == case.done, f"once the drained work is done: {done}"

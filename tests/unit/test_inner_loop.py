@@ -1,0 +1,156 @@
+"""The inner loop against Ray Data's own rule, within bounds, memory and room; the obstacle a
+stuck target names (CPUs of actors and task operators, GPUs)."""
+from types import SimpleNamespace
+
+import pytest
+from ray.data._internal.actor_autoscaler.default_actor_autoscaler import DefaultActorAutoscaler
+from ray.data.context import AutoscalingConfig
+
+from trident.plan.rollout import RolloutStep
+from trident.policies.trident.inner import PoolView, inner_targets, ray_rule, room_of
+from trident.policies.trident.phases import obstacle
+from trident.policies.trident.records import Bounds
+from trident.policies.trident.settings import TridentSettings
+from trident.types import ClusterView, OperatorConfig, OperatorSnapshot, OperatorTarget, Snapshot
+
+GiB = 2**30
+S = TridentSettings()
+
+
+class _RayPool:
+    """The members of an actor pool Ray's DefaultActorAutoscaler reads."""
+
+    def __init__(self, size, pending, in_flight, lo=1, hi=16):
+        self.size, self.pending, self.in_flight, self.lo, self.hi = size, pending, in_flight, lo, hi
+
+    def current_size(self):
+        return self.size
+
+    def min_size(self):
+        return self.lo
+
+    def max_size(self):
+        return self.hi
+
+    def num_pending_actors(self):
+        return self.pending
+
+    def max_actor_concurrency(self):
+        return 1
+
+    def max_tasks_in_flight_per_actor(self):
+        return 2
+
+    def num_tasks_in_flight(self):
+        return self.in_flight
+
+    def get_pool_util(self):
+        return float("inf") if self.size == 0 else self.in_flight / self.size
+
+    def per_actor_resource_usage(self):
+        return None
+
+
+def _ray_delta(size, pending, in_flight, queued):
+    """The change Ray's default autoscaler requests for a pool in this state."""
+    scaler = DefaultActorAutoscaler({}, SimpleNamespace(), config=AutoscalingConfig())
+    op = SimpleNamespace(has_completed=lambda: False, _inputs_complete=False,
+                         metrics=SimpleNamespace(num_inputs_received=10))
+    state = SimpleNamespace(total_enqueued_input_blocks=lambda: queued,
+                            _scheduling_status=SimpleNamespace(under_resource_limits=True))
+    scaler._resource_manager = SimpleNamespace(get_allocation=lambda op: None, get_op_usage=lambda op: None,
+                                               get_budget=lambda op: None)
+    return scaler._derive_target_scaling_config(_RayPool(size, pending, in_flight), op, state).delta
+
+
+@pytest.mark.parametrize("size,pending,in_flight,queued", [
+    (1, 0, 2, 0), (1, 0, 2, 40), (4, 0, 8, 3), (4, 1, 8, 100), (8, 0, 16, 0), (3, 0, 3, 0), (4, 0, 4, 9),
+    (4, 0, 2, 0), (4, 0, 1, 0), (2, 1, 0, 0), (6, 0, 0, 0), (0, 0, 0, 5), (5, 0, 9, 2),
+])
+def test_the_inner_rule_moves_as_ray_does_and_grows_at_least_as_far(size, pending, in_flight, queued):
+    ray_delta = _ray_delta(size, pending, in_flight, queued)
+    want, why = ray_rule(PoolView(name="p", size=size, pending=pending, in_flight=in_flight, queued=queued), S)
+    ours = want - size
+    assert (ours > 0) == (ray_delta > 0) and (ours < 0) == (ray_delta < 0 and queued == 0), (ours, ray_delta, why)
+    if ray_delta > 0:
+        assert ray_delta <= ours <= max(size, 1), (ours, ray_delta)  # as far as Ray, at most doubling
+    if ours < 0:
+        assert ours == -1  # one at a time, as Ray
+
+
+def _actor(name, index, *, replicas, in_flight, queued, gpus=0.5, cpus=1.0, lo=1, hi=8, heap=None, accel=None):
+    return OperatorSnapshot(
+        name=name, index=index, rows_in_total=100, tasks_in_flight=in_flight, input_queue_blocks=queued,
+        actors_running=replicas, tasks_running=min(in_flight, replicas), heap_rss_per_replica_bytes=heap,
+        config=OperatorConfig(kind="actor", replicas=replicas, min_replicas=lo, max_replicas=hi, num_cpus=cpus,
+                              num_gpus=gpus, accelerator_type=accel))
+
+
+def _task(name, index, *, running, cpus=1.0):
+    return OperatorSnapshot(name=name, index=index, tasks_running=running, rows_in_total=100,
+                            config=OperatorConfig(kind="task", replicas=None, num_cpus=cpus))
+
+
+def _snap(*ops, cpus=16.0, gpus=4.0):
+    return Snapshot(execution_id="e", seq=1, time_s=1.0, operators=ops, cluster=ClusterView(cpus=cpus, gpus=gpus))
+
+
+def test_when_pools_want_more_than_is_free_the_most_utilised_is_served_first():
+    # 4 GPUs, 2 + 2 replicas of 0.5 GPU hold 2: room for 4 more; both want to double
+    snap = _snap(_actor("a", 0, replicas=2, in_flight=4, queued=50), _actor("b", 1, replicas=2, in_flight=4,
+                                                                             queued=50))
+    targets, reasons = inner_targets(snap, {}, {}, memory_limit_bytes=None, settings=S)
+    assert {t.name: t.replicas for t in targets} == {"a": 4, "b": 4}
+    # only one GPU free: two more replicas in all, given in turn
+    snap = _snap(_actor("a", 0, replicas=2, in_flight=4, queued=50), _actor("b", 1, replicas=4, in_flight=8,
+                                                                             queued=50), gpus=4.0)
+    targets, reasons = inner_targets(snap, {}, {}, memory_limit_bytes=None, settings=S)
+    assert {t.name: t.replicas for t in targets} == {"a": 3, "b": 5}  # one each, not both to one
+    assert all("GPUs free" in r for r in reasons), reasons
+
+
+def test_bounds_floor_and_cap_the_inner_loop():
+    snap = _snap(_actor("a", 0, replicas=3, in_flight=0, queued=0))
+    targets, _ = inner_targets(snap, {"a": Bounds(lo=3, hi=None, why="the plan")}, {}, memory_limit_bytes=None,
+                               settings=S)
+    assert targets == []  # idle, but the plan's floor holds it
+    snap = _snap(_actor("a", 0, replicas=3, in_flight=6, queued=90))
+    targets, _ = inner_targets(snap, {"a": Bounds(lo=1, hi=4, why="test")}, {}, memory_limit_bytes=None, settings=S)
+    assert targets == [OperatorTarget(name="a", replicas=4)]
+
+
+def test_with_a_memory_limit_a_pool_grows_only_by_what_its_measured_heap_allows():
+    snap = _snap(_actor("a", 0, replicas=2, in_flight=4, queued=50))
+    blocked, reasons = inner_targets(snap, {}, {}, memory_limit_bytes=8 * GiB, settings=S)
+    assert blocked == [] or all(t.replicas == 2 for t in blocked)
+    targets, reasons = inner_targets(snap, {}, {"a": 3 * GiB}, memory_limit_bytes=8 * GiB, settings=S)
+    assert targets == []  # 2 x 3 GiB held; a third would pass 8 GiB
+    targets, reasons = inner_targets(snap, {}, {"a": 2 * GiB}, memory_limit_bytes=8 * GiB, settings=S)
+    assert targets == [OperatorTarget(name="a", replicas=4)]
+
+
+def test_room_counts_actor_cpus_gpus_and_the_cpus_task_operators_hold():
+    snap = _snap(_task("read", 0, running=6), _actor("a", 1, replicas=4, in_flight=0, queued=0),
+                 _actor("b", 2, replicas=2, in_flight=0, queued=0, gpus=1.0), cpus=12.0, gpus=4.0)
+    room = room_of(snap, {"a": 5}, {}, None)  # a was told to have 5
+    assert room.cpus == pytest.approx(12 - 6 - 5 - 2)
+    assert room.gpus == pytest.approx(4 - 2.5 - 2)
+
+
+def test_a_target_short_of_cpus_names_the_task_operator_and_caps_it_to_make_room():
+    snap = _snap(_task("read", 0, running=8), _actor("a", 1, replicas=2, in_flight=4, queued=50), cpus=10.0)
+    step = RolloutStep(operator="a", action="scale_up", replicas_from=2, replicas_to=4,
+                       target=OperatorTarget(name="a", replicas=4), phase=0, reason="test")
+    stuck = obstacle(snap, snap.operator("a"), step, room_of(snap, {"a": 4}, {}, None))
+    assert "CPUs short" in stuck.obstacle and "read (8 tasks)" in stuck.obstacle
+    assert stuck.task_caps == (OperatorTarget(name="read", replicas=6),)
+
+
+def test_a_target_beyond_the_gpus_of_its_type_names_the_type():
+    snap = Snapshot(execution_id="e", seq=1, time_s=1.0, operators=(
+        _actor("a", 0, replicas=2, in_flight=4, queued=50, gpus=1.0, accel="B"),),
+        cluster=ClusterView(cpus=16, gpus=4, gpus_by_type=(("A", 2.0), ("B", 2.0))))
+    step = RolloutStep(operator="a", action="scale_up", replicas_from=2, replicas_to=3,
+                       target=OperatorTarget(name="a", replicas=3), phase=0, reason="test")
+    stuck = obstacle(snap, snap.operator("a"), step, room_of(snap, {"a": 3}, {}, None))
+    assert "GPUs of type B too few" in stuck.obstacle and stuck.task_caps == ()
