@@ -1,0 +1,331 @@
+"""The scenario suite: five pipelines where an autoscaler's choices matter, each run under the
+user's static setup, Ray Data's autoscaler, DS2 and trident side by side, with the work bound.
+
+Every stage is a calibrated stand-in on logical GPUs: a batch sleeps ``fixed_s + per_row_s x
+rows`` (the per-row cost may differ by row position, for a regime shift, and by the node's
+accelerator type) and holds ``base_mb + per_row_mb x rows`` MiB while it runs. The cluster is a
+``ray.cluster_utils.Cluster``: a CPU head and two GPU nodes of types A and B. A watchdog plays the
+OOM killer for the stand-ins' summed memory (as in :mod:`trident.demos.bench`).
+
+- ``stationary``: two GPU stages, the second 1.5x as costly; nothing changes.
+- ``regime-shift``: the bottleneck moves from the second stage to the first halfway through.
+- ``memory-bound``: large replicas; growing both pools to their maximum breaks the limit.
+- ``two-types``: the first stage is 4x faster on type B, the second 2x faster on type A; the
+  user names no type.
+- ``batch-size``: one stage with a large fixed cost per batch and memory that grows with the
+  batch; the user's batch size is small.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trident.demos.bench import MemoryWatchdog
+
+POLICIES = ("static", "ray", "ds2", "trident")
+GPU_TYPES = ("A", "B")
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One GPU actor stage of a scenario (seconds and MiB per batch; per type, per half)."""
+
+    name: str
+    per_row_s: tuple[float, float]
+    """Seconds per row in the first and the second half of the rows (type A)."""
+    fixed_s: float = 0.0
+    speed: dict = field(default_factory=dict)
+    """Speed-up per accelerator type (default 1)."""
+    base_mb: float = 0.0
+    per_row_mb: float = 0.0
+    batch_size: int = 20
+    max_replicas: int = 6
+    num_gpus: float = 0.5
+
+    def batch_s(self, rows: int, second_half: int, gpu_type: str) -> float:
+        first = rows - second_half
+        return (self.fixed_s + first * self.per_row_s[0] + second_half * self.per_row_s[1]) / self.speed.get(gpu_type, 1.0)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    rows: int
+    stages: tuple[Stage, ...]
+    memory_limit_mb: float | None = None
+    block_rows: int = 20
+
+    def scaled(self, scale: float) -> "Scenario":
+        return Scenario(name=self.name, rows=max(200, int(self.rows * scale)) // self.block_rows * self.block_rows,
+                        stages=self.stages, memory_limit_mb=self.memory_limit_mb, block_rows=self.block_rows)
+
+
+def scenarios() -> dict[str, Scenario]:
+    """The suite at scale 1 (each at least three minutes of work at Ray's speed on 4 GPUs)."""
+    return {s.name: s for s in (
+        Scenario("stationary", 24_000, (Stage("detect", (0.040, 0.040)), Stage("embed", (0.060, 0.060)))),
+        Scenario("regime-shift", 24_000, (Stage("detect", (0.020, 0.080)), Stage("embed", (0.080, 0.020)))),
+        Scenario("memory-bound", 24_000, (Stage("detect", (0.040, 0.040), base_mb=700),
+                                          Stage("embed", (0.060, 0.060), base_mb=500)), memory_limit_mb=4200),
+        Scenario("two-types", 48_000, (Stage("detect", (0.080, 0.080), speed={"B": 4.0}),
+                                       Stage("embed", (0.040, 0.040), speed={"A": 2.0}))),
+        Scenario("batch-size", 27_000, (Stage("embed", (0.030, 0.030), fixed_s=0.6, base_mb=150, per_row_mb=10,
+                                             batch_size=8, max_replicas=8),), memory_limit_mb=5000, block_rows=8),
+    )}
+
+
+def work_bound_s(sc: Scenario, *, gpus: float = 4.0) -> float:
+    """No schedule beats it: per half of the rows, the stages' work (at their best type and the
+    largest batch the memory limit allows) on the best split of the GPU slots that fits the
+    memory limit, with no cold start, fill or drain; the halves summed."""
+    slots = [int(gpus / st.num_gpus) for st in sc.stages]
+    total = 0.0
+    for half in (0, 1):
+        rows = sc.rows / 2
+        best = math.inf
+        for split in itertools.product(*[range(1, min(s, st.max_replicas) + 1) for s, st in zip(slots, sc.stages)]):
+            if sum(n * st.num_gpus for n, st in zip(split, sc.stages)) > gpus + 1e-9:
+                continue
+            times, mem = [], 0.0
+            for n, st in zip(split, sc.stages):
+                b = _best_batch(st, n, sc, split)
+                per_batch = st.fixed_s + b * st.per_row_s[half]
+                fastest = max([1.0] + list(st.speed.values()))
+                times.append(rows / b * per_batch / fastest / n)
+                mem += n * (st.base_mb + st.per_row_mb * b)
+            if sc.memory_limit_mb is None or mem <= sc.memory_limit_mb:
+                best = min(best, max(times))
+        total += best
+    return total
+
+
+def _best_batch(st: Stage, n: int, sc: Scenario, split) -> int:
+    """The largest batch (a multiple of the user's, up to 8x) whose memory fits the limit."""
+    if sc.memory_limit_mb is None or st.per_row_mb == 0:
+        return st.batch_size
+    others = sum(m * (o.base_mb + o.per_row_mb * o.batch_size) for m, o in zip(split, sc.stages) if o is not st)
+    b = st.batch_size
+    while b * 2 <= 8 * st.batch_size and others + n * (st.base_mb + st.per_row_mb * b * 2) <= sc.memory_limit_mb:
+        b *= 2
+    return b
+
+
+def stage_class(st: Stage, rows_total: int, pid_dir: str):
+    """The actor class standing in for ``st``: sleeps and holds memory per batch as calibrated."""
+
+    class StandIn:
+        def __init__(self):
+            import ray
+
+            me = ray.get_runtime_context().get_node_id()
+            res = next((n["Resources"] for n in ray.nodes() if n["NodeID"] == me), {})
+            self.gpu_type = next((k.split(":", 1)[1] for k in res if k.startswith("accelerator_type:")), "A")
+            self.base = bytearray(int(st.base_mb * 2**20)) if st.base_mb else b""
+            for i in range(0, len(self.base), 4096):
+                self.base[i] = 1
+            Path(pid_dir, str(os.getpid())).touch()
+
+        def __call__(self, batch):
+            ids = batch["id"]
+            n = len(ids)
+            held = bytearray(int(st.per_row_mb * n * 2**20)) if st.per_row_mb else b""
+            for i in range(0, len(held), 4096):
+                held[i] = 1
+            second = int((ids >= rows_total // 2).sum())
+            time.sleep(st.batch_s(n, second, self.gpu_type))
+            batch[f"{st.name}_on"] = [self.gpu_type] * n
+            return batch
+
+    StandIn.__name__ = st.name.capitalize()
+    return StandIn
+
+
+def _pre(batch):
+    time.sleep(0.002 * len(batch["id"]))
+    return batch
+
+
+def build(sc: Scenario, policy: str, pid_dir: str):
+    import ray
+    from ray.data import ActorPoolStrategy
+
+    ds = ray.data.range(sc.rows, override_num_blocks=sc.rows // sc.block_rows).map_batches(_pre, num_cpus=1)
+    for st in sc.stages:
+        size = max(1, st.max_replicas // 2)
+        pool = ActorPoolStrategy(size=size) if policy == "static" else ActorPoolStrategy(min_size=1,
+                                                                                         max_size=st.max_replicas)
+        ds = ds.map_batches(stage_class(st, sc.rows, pid_dir), compute=pool, num_gpus=st.num_gpus,
+                            batch_size=st.batch_size)
+    return ds
+
+
+@dataclass
+class Run:
+    policy: str
+    wall_s: float
+    rows_lost: int
+    rows_duplicated: int
+    oom_kills: int
+    summary: dict
+    error: str | None = None
+
+
+def run_once(sc: Scenario, policy: str, *, interval_s: float = 1.0) -> Run:
+    import pyarrow.parquet as pq
+
+    import trident
+
+    work = Path(tempfile.mkdtemp(prefix="trident-suite-"))
+    (work / "pids").mkdir()
+    limit = int(sc.memory_limit_mb * 2**20) if sc.memory_limit_mb else None
+    ds = build(sc, policy, str(work / "pids"))
+    run = trident.autoscale(policy=policy, memory_limit=limit, interval_s=interval_s, controller_timeout_s=120.0)
+    error = None
+    with MemoryWatchdog(str(work / "pids"), limit or 2**62) as dog:
+        t0 = time.perf_counter()
+        try:
+            with run:
+                ds.write_parquet(str(work / "out"))
+        except Exception as exc:  # a failed run is a result
+            error = f"{type(exc).__name__}: {exc}"
+        wall_s = time.perf_counter() - t0
+    ids = pq.read_table(str(work / "out"), columns=["id"]).column("id").to_pylist() if (work / "out").exists() else []
+    shutil.rmtree(work, ignore_errors=True)
+    seen = set(ids)
+    return Run(policy=policy, wall_s=wall_s, rows_lost=sc.rows - len(seen & set(range(sc.rows))),
+               rows_duplicated=len(ids) - len(seen), oom_kills=dog.kills, summary=run.summary(), error=error)
+
+
+def start_cluster():
+    """A CPU head and two GPU nodes (types A and B, 2 logical GPUs each); connects this driver."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 4, "include_dashboard": False})
+    for t in GPU_TYPES:
+        c.add_node(num_cpus=6, num_gpus=2, resources={f"accelerator_type:{t}": 1})
+    c.wait_for_nodes()
+    ray.init(address=c.address, log_to_driver=False)
+    return c
+
+
+def result(sc: Scenario, runs: list[Run], *, scale: float, started: str) -> dict:
+    """One scenario's runs as a RESULTS.md-shaped dict, ratios to ``ray`` and to the work bound."""
+    import platform
+
+    import ray
+
+    import trident
+
+    bound = work_bound_s(sc)
+    base = next((r for r in runs if r.policy == "ray" and not r.error), None)
+    rows = []
+    for r in runs:
+        row = {"policy": r.policy, "wall_s": round(r.wall_s, 2),
+               "throughput_rows_per_s": round(sc.rows / r.wall_s, 2) if r.wall_s > 0 else 0.0,
+               "rows_lost": r.rows_lost, "rows_duplicated": r.rows_duplicated, "oom_kills": r.oom_kills,
+               "ratio_to_bound": round(bound / r.wall_s, 3) if r.wall_s > 0 else None}
+        if base is not None:
+            row["ratio_to_baseline"] = round(base.wall_s / r.wall_s, 3)
+        if "reconfigurations" in r.summary:
+            row["reconfigurations"] = r.summary["reconfigurations"]
+        if r.error:
+            row["error"] = r.error
+        rows.append(row)
+    bound_row = {"policy": "bound", "wall_s": round(bound, 2), "throughput_rows_per_s": round(sc.rows / bound, 2),
+                 "note": "calibrated work on the best memory-feasible split and type, largest safe batch; "
+                         "no cold start, fill or drain"}
+    if base is not None:
+        bound_row["ratio_to_baseline"] = round(base.wall_s / bound, 3)
+    rows.append(bound_row)
+    return {
+        "benchmark": "scenario_suite", "trident_version": trident.__version__, "ray_version": ray.__version__,
+        "started_at": started,
+        "machine": {"cpus": os.cpu_count(), "gpus": 0, "logical_gpus": 4, "host": platform.node(),
+                    "cluster": "ray.cluster_utils.Cluster: head 4 CPUs; nodes A and B, 6 CPUs and 2 GPUs each"},
+        "workload": {"name": sc.name, "seed": 0, "mode": "calibrated", "rows": sc.rows, "scale": scale,
+                     "memory_limit_bytes": int(sc.memory_limit_mb * 2**20) if sc.memory_limit_mb else None,
+                     "stages": [{"name": s.name, "per_row_s": s.per_row_s, "fixed_s": s.fixed_s, "speed": s.speed,
+                                 "base_mb": s.base_mb, "per_row_mb": s.per_row_mb, "batch_size": s.batch_size,
+                                 "max_replicas": s.max_replicas, "num_gpus": s.num_gpus} for s in sc.stages],
+                     "stand_in": "each stage sleeps its calibrated time per batch and holds its calibrated memory; "
+                                 "logical GPUs; a watchdog kills the largest stand-in while their summed USS "
+                                 "exceeds the memory limit"},
+        "baseline": "ray",
+        "rows": rows,
+    }
+
+
+def plot(results: list[dict], path: str) -> None:
+    """Throughput relative to Ray's autoscaler per scenario and policy, the work bound dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(3.2 * len(results), 3.6), squeeze=False)
+    for ax, res in zip(axes[0], results):
+        rows = [r for r in res["rows"] if r["policy"] != "bound"]
+        names = [r["policy"] for r in rows]
+        ax.bar(names, [r.get("ratio_to_baseline", 0.0) for r in rows],
+               color=["#1f77b4" if n == "trident" else "#999999" for n in names])
+        bound = next(r for r in res["rows"] if r["policy"] == "bound")
+        if "ratio_to_baseline" in bound:
+            ax.axhline(bound["ratio_to_baseline"], linestyle=":", color="k", label="work bound")
+        for i, r in enumerate(rows):
+            if r.get("oom_kills"):
+                ax.text(i, 0.05, f"{r['oom_kills']} OOM", ha="center", color="#d62728", fontsize=8, rotation=90)
+        ax.set_title(res["workload"]["name"], fontsize=10)
+        ax.set_ylabel("throughput / ray")
+        ax.tick_params(axis="x", labelsize=8)
+    axes[0][0].legend(fontsize=8, loc="upper left")
+    fig.suptitle("scenario suite (calibrated stand-ins, logical GPUs; one run per policy, side by side)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run_suite(*, names: tuple[str, ...], policies: tuple[str, ...] = POLICIES, scale: float = 1.0,
+              out_dir: str = "benchmarks/results", interval_s: float = 1.0, log=print) -> list[str]:
+    """Every scenario under every policy on one cluster; one JSON per scenario and one PNG."""
+    import json
+
+    import ray
+
+    all_ = scenarios()
+    unknown = [n for n in names if n not in all_]
+    if unknown:
+        from trident.errors import ConfigError
+
+        raise ConfigError("scenario", unknown, f"names from {sorted(all_)}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cluster = start_cluster()
+    written, results = [], []
+    try:
+        for name in names:
+            sc = all_[name].scaled(scale)
+            started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            runs = []
+            for policy in policies:
+                r = run_once(sc, policy, interval_s=interval_s)
+                runs.append(r)
+                log(f"{name:13s} {policy:8s} {r.wall_s:7.1f} s  OOM kills {r.oom_kills}  lost {r.rows_lost}  "
+                    f"dup {r.rows_duplicated}" + (f"  error {r.error}" if r.error else ""))
+            res = result(sc, runs, scale=scale, started=started)
+            results.append(res)
+            path = out / f"scenario_suite-{name}.json"
+            path.write_text(json.dumps(res, indent=1) + "\n")
+            written.append(str(path))
+            plot(results, str(out / "scenario_suite.png"))
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    return written + [str(out / "scenario_suite.png")]
