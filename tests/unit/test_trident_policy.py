@@ -278,3 +278,20 @@ def test_a_pool_whose_input_is_all_handed_out_is_not_scaled_up():
         snap = _ocr_at(_ray_like(t, ocr_replicas=1, ocr_out=k // 4, embed_out=8 * (k // 32)), input_queue_blocks=0)
         d = policy.step(snap, t)
         assert d.plan is None or all(x.name != "ocr" or (x.replicas or 1) <= 1 for x in d.plan.targets), d.reason
+
+
+def test_a_memory_limit_below_one_replica_is_said_plainly_and_nothing_grows():
+    """410 MiB per replica measured, a 200 MB limit: no plan can meet it; the policy says so and
+    holds the pool at its minimum instead of reporting a solver failure."""
+    policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=200 * 10**6, seed=0),
+                           settings=TridentSettings(bo_trials=0))
+    reasons = []
+    for k in range(20):
+        t = float(k)
+        snap = _ocr_at(_ray_like(t, ocr_replicas=1, ocr_out=4 * k, embed_out=0, total=400),
+                       heap_rss_per_replica_bytes=410 * 2**20, tasks_in_flight=2, input_queue_blocks=100)
+        d = policy.step(snap, t)
+        assert d.plan is None or all((x.replicas or 1) <= 1 for x in d.plan.targets), d.reason
+        reasons.append(d.reason)
+    said = [r for r in reasons if "below what the pools' minimum replicas need" in r]
+    assert said and "ocr 471 MiB" in said[0] and "embed" not in said[0], reasons

@@ -113,6 +113,10 @@ class TridentPolicy:
             return Decision(time_s=now, reason=planning.why, notes=tuple(notes), kind="observe")
         prob = self._with_ceilings(planning.problem)
         self.last_look_s = now
+        short = self._below_one_replica(snap, ops)
+        if short:
+            self.observer.changed = False
+            return Decision(time_s=now, reason=short, notes=tuple(notes), kind="keep")
         explored = self._explore(snap, ops, prob, now, notes)
         if explored is not None:
             return explored
@@ -180,6 +184,22 @@ class TridentPolicy:
         decision = self._issue(tuple(st.target for st in phase), reason, now, notes, kind="plan")
         self.phases.plan_seq = self.plan_seq
         return decision
+
+    def _below_one_replica(self, snap: Snapshot, ops) -> str:
+        """Why the memory limit cannot be met at all ('' when it can): one replica of every pool
+        (its minimum) already needs more heap than the limit allows."""
+        limit = self.context.memory_limit_bytes
+        if limit is None:
+            return ""
+        heaps = self._heaps(snap)
+        pools = [o for o in ops if o.config.kind == "actor"]
+        need = sum(max(o.config.min_replicas, 1) * heaps.get(o.name, 0.0) for o in pools)
+        if need <= limit:
+            return ""
+        each = ", ".join(f"{o.name} {heaps[o.name] / 2**20:.0f} MiB" for o in pools if heaps.get(o.name))
+        return (f"keep: the memory limit ({limit / 2**20:.0f} MiB) is below what the pools' minimum replicas need "
+                f"({need / 2**20:.0f} MiB measured with its margin: {each}); trident cannot go below a pool's "
+                f"minimum, so it holds every pool there and adds no replica")
 
     def _with_ceilings(self, prob):
         """Pools that could not reach a planned size get at most what they reached."""
