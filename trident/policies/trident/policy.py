@@ -51,6 +51,8 @@ class TridentPolicy:
         self.plan_seq = 0
         self.last_look_s: float | None = None
         self.last_plan_s: float | None = None
+        self.replan_now = False
+        self._regimes_seen = 0
 
     @property
     def tracks(self):
@@ -80,7 +82,8 @@ class TridentPolicy:
         for op in snap.operators:
             if op.config.kind in ("task", "actor"):
                 notes += self.observer.observe(op, snap.time_s)
-        if self.observer.changed:
+        if self.observer.regime_changes != self._regimes_seen:
+            self._regimes_seen = self.observer.regime_changes
             self.ceilings.clear()  # the data changed: what blocked a size may not block it now
         due = [tr for tr in self.tracks.values() if self.observer.fit_due(tr, snap.time_s)]
         if due:
@@ -92,7 +95,7 @@ class TridentPolicy:
     def _outer(self, snap: Snapshot, now: float, notes: list[str]) -> Decision:
         """Plan when due and not dwelling."""
         s = self.settings
-        changed = self.observer.changed
+        changed = self.observer.changed or self.replan_now
         dwell_s = self._dwell_s()
         if self.last_plan_s is not None and now - self.last_plan_s < dwell_s and not changed:
             return Decision(time_s=now, reason=f"dwell: last plan {now - self.last_plan_s:.0f} s ago "
@@ -113,15 +116,14 @@ class TridentPolicy:
             return Decision(time_s=now, reason=planning.why, notes=tuple(notes), kind="observe")
         prob = self._with_ceilings(planning.problem)
         self.last_look_s = now
+        self.observer.changed = self.replan_now = False
         short = self._below_one_replica(snap, ops)
         if short:
-            self.observer.changed = False
             return Decision(time_s=now, reason=short, notes=tuple(notes), kind="keep")
         explored = self._explore(snap, ops, prob, now, notes)
         if explored is not None:
             return explored
         result = solve_placement(prob)
-        self.observer.changed = False
         if not result.changed:  # the allocation is settled: tune the bottleneck's batch size
             self._bound(ops, {o.name: o.config.replicas for o in ops if o.config.kind == "actor"}, "the plan")
             tuned = tuner.next_batch_size(snap, ops, prob, planning.rates, self.tracks, self.settings,
@@ -174,7 +176,6 @@ class TridentPolicy:
         pins = explore.next_pins(snap, ops, self.tracks, windows=self.settings.explore_windows)
         if not pins:
             return None
-        self.observer.changed = False
         targets = tuple(t for t, _ in pins)
         rollout = plan_rollout({o.name: o.config for o in ops}, targets,
                                RolloutInputs(current_throughput_rows_per_s=0.0, new_throughput_rows_per_s=0.0,
@@ -248,7 +249,7 @@ class TridentPolicy:
         """A pool stands short of its target: end the rollout, name the obstacle, plan again
         around it (task caps that free CPUs, or at most what the pool reached)."""
         self.phases.clear()
-        self.observer.changed = True
+        self.replan_now = True
         self.last_look_s = None
         reason = (f"replan: {stuck.operator} stays at {stuck.reached} of {stuck.wanted} replicas: "
                   f"{stuck.obstacle}")

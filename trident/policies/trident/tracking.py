@@ -73,6 +73,7 @@ class Observer:
         self.tracks: dict[str, OperatorTrack] = {}
         self.assumed: dict[str, Assumed] = {}
         self.changed = False
+        self.regime_changes = 0
 
     def track(self, op: OperatorSnapshot) -> OperatorTrack:
         tr = self.tracks.get(op.name)
@@ -278,6 +279,7 @@ class Observer:
         tr.regime_start_s, tr.needs_fit, tr.matched, tr.bo_tried = start, True, False, 0
         self.assumed.pop(tr.name, None)
         self.changed = True
+        self.regime_changes += 1
         return f"change: {ev.reason}; dropped samples before t={start:.0f} s"
 
     # --- models ----------------------------------------------------------------------------------
