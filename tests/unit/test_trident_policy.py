@@ -295,3 +295,31 @@ def test_a_memory_limit_below_one_replica_is_said_plainly_and_nothing_grows():
         reasons.append(d.reason)
     said = [r for r in reasons if "below what the pools' minimum replicas need" in r]
     assert said and "ocr 471 MiB" in said[0] and "embed" not in said[0], reasons
+
+
+def test_a_target_that_does_not_move_is_replanned_around_its_obstacle_within_two_steps():
+    """The plan asks for 4 OCR replicas; the executor applies it but no actor ever starts. Two
+    steps after it was applied the policy names the obstacle, holds the pool where it is and does
+    not ask for the same size again while the data stays as it is."""
+    from dataclasses import replace
+
+    policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5 * GiB, seed=0),
+                           settings=TridentSettings(bo_trials=0))
+    applied, plan_at, decisions = 0, None, []
+    for k in range(60):
+        t = float(k)
+        snap = replace(_ray_like(t, ocr_replicas=1, ocr_out=k // 4, embed_out=0, total=400), applied_plan_seq=applied)
+        d = policy.step(snap, t)
+        decisions.append(d)
+        if d.plan is not None:
+            applied = d.plan.seq  # applied at once, but the pool never grows
+            if plan_at is None and any(x.name == "ocr" and (x.replicas or 0) > 1 for x in d.plan.targets):
+                plan_at = t
+    assert plan_at is not None, [d.reason for d in decisions]
+    replans = [d for d in decisions if d.kind == "replan"]
+    assert replans and replans[0].time_s - plan_at <= 3.0, [(d.time_s, d.kind, d.reason) for d in decisions][:40]
+    assert "ocr stays at 1 of 4 replicas: no actor was started" in replans[0].reason
+    later = [d for d in decisions if d.time_s > replans[0].time_s and d.plan is not None]
+    assert all((x.replicas or 1) <= 1 for d in later for x in d.plan.targets if x.name == "ocr"), \
+        [d.reason for d in later]
+    assert all(d.kind != "rollout" or "waiting" not in d.reason for d in decisions if d.time_s > replans[0].time_s)
