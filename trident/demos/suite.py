@@ -174,6 +174,10 @@ class Run:
     oom_kills: int
     summary: dict
     error: str | None = None
+    reach_s: list = field(default_factory=list)
+    """Seconds from each plan to its pool target reached (the shim's ``target_reached`` actions)."""
+    replans: int = 0
+    record: object = None
 
 
 def run_once(sc: Scenario, policy: str, *, interval_s: float = 1.0) -> Run:
@@ -198,8 +202,11 @@ def run_once(sc: Scenario, policy: str, *, interval_s: float = 1.0) -> Run:
     ids = pq.read_table(str(work / "out"), columns=["id"]).column("id").to_pylist() if (work / "out").exists() else []
     shutil.rmtree(work, ignore_errors=True)
     seen = set(ids)
+    actions = [a for ex in run.executions for a in ex.actions]
     return Run(policy=policy, wall_s=wall_s, rows_lost=sc.rows - len(seen & set(range(sc.rows))),
-               rows_duplicated=len(ids) - len(seen), oom_kills=dog.kills, summary=run.summary(), error=error)
+               rows_duplicated=len(ids) - len(seen), oom_kills=dog.kills, summary=run.summary(), error=error,
+               reach_s=[a.value for a in actions if a.kind == "target_reached" and a.value is not None],
+               replans=sum(d.kind == "replan" for ex in run.executions for d in ex.decisions), record=run.record)
 
 
 def start_cluster():
@@ -236,6 +243,10 @@ def result(sc: Scenario, runs: list[Run], *, scale: float, started: str) -> dict
             row["ratio_to_baseline"] = round(base.wall_s / r.wall_s, 3)
         if "reconfigurations" in r.summary:
             row["reconfigurations"] = r.summary["reconfigurations"]
+        if r.reach_s and r.policy == "trident":
+            row["plan_to_target_median_s"] = round(float(sorted(r.reach_s)[len(r.reach_s) // 2]), 2)
+            row["plan_to_target_max_s"] = round(max(r.reach_s), 2)
+            row["replans"] = r.replans
         if r.error:
             row["error"] = r.error
         rows.append(row)
@@ -317,6 +328,9 @@ def run_suite(*, names: tuple[str, ...], policies: tuple[str, ...] = POLICIES, s
             for policy in policies:
                 r = run_once(sc, policy, interval_s=interval_s)
                 runs.append(r)
+                if r.record is not None:  # the full run record, for reading what each policy did
+                    (out / "runs").mkdir(exist_ok=True)
+                    r.record.to_json(str(out / "runs" / f"scenario_suite-{name}-{policy}.json"))
                 log(f"{name:13s} {policy:8s} {r.wall_s:7.1f} s  OOM kills {r.oom_kills}  lost {r.rows_lost}  "
                     f"dup {r.rows_duplicated}" + (f"  error {r.error}" if r.error else ""))
             res = result(sc, runs, scale=scale, started=started)
