@@ -28,10 +28,16 @@ def next_pins(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Ope
     types = [t for t, g in snap.cluster.gpus_by_type if g > 0]
     if len(types) < 2:
         return []
-    free = dict(snap.cluster.gpus_by_type)
+    capacity = dict(snap.cluster.gpus_by_type)
+    free = dict(capacity)
+    total = sum(capacity.values())
     for o in snap.operators:
-        if o.config.kind == "actor" and o.config.accelerator_type in free:
-            free[o.config.accelerator_type] -= (o.config.replicas or 0) * o.config.num_gpus
+        used = (o.config.replicas or 0) * o.config.num_gpus if o.config.kind == "actor" else 0.0
+        if o.config.accelerator_type in free:
+            free[o.config.accelerator_type] -= used
+        elif used:  # an unpinned pool's actors are somewhere: each type holds its share of them
+            for t in free:
+                free[t] -= used * capacity[t] / total
     out, taken = [], set()
     for o in ops:
         c = o.config
