@@ -156,24 +156,27 @@ def test_a_target_beyond_the_gpus_of_its_type_names_the_type():
     assert "GPUs of type B too few" in stuck.obstacle and stuck.task_caps == ()
 
 
-def test_unpinned_gpu_pools_are_pinned_to_different_types_within_their_room():
+def test_exploration_pins_one_pool_at_a_time_where_all_its_replicas_fit():
+    import numpy as np
+
     from trident.policies.trident.explore import next_pins
     from trident.policies.trident.tracking import Observer
 
-    snap = Snapshot(execution_id="e", seq=1, time_s=1.0, operators=(
-        _actor("detect", 0, replicas=4, in_flight=8, queued=50), _actor("embed", 1, replicas=2, in_flight=4, queued=9)),
-        cluster=ClusterView(cpus=16, gpus=4, gpus_by_type=(("A", 2.0), ("B", 2.0))))
-    import numpy as np
+    def snap(detect, embed):
+        return Snapshot(execution_id="e", seq=1, time_s=1.0, operators=(
+            _actor("detect", 0, replicas=detect, in_flight=8, queued=50),
+            _actor("embed", 1, replicas=embed, in_flight=4, queued=9)),
+            cluster=ClusterView(cpus=16, gpus=4, gpus_by_type=(("A", 2.0), ("B", 2.0))))
 
     obs = Observer(settings=S, rng=np.random.default_rng(0), seed=0)
-    for o in snap.operators:
+    for o in snap(2, 2).operators:
         obs.track(o)
-    pins = next_pins(snap, list(snap.operators), obs.tracks, windows=1)
-    types = {t.name: t.accelerator_type for t, _ in pins}
-    assert set(types) == {"detect", "embed"} and types["detect"] != types["embed"]
-    # 3 of the 4 GPUs are held, spread over both types: 0.5 free on each, one replica of 0.5 GPU fits
-    assert all(t.replicas == 1 for t, _ in pins), pins
-    assert all(why.startswith("explore: measure") for _, why in pins)
-    one_type = Snapshot(execution_id="e", seq=1, time_s=1.0, operators=snap.operators,
+    # 2 of 4 GPUs held, spread over both types: 1 free on each, room for detect's 2 replicas
+    (pin,) = next_pins(snap(2, 2), list(snap(2, 2).operators), obs.tracks, windows=1)
+    assert pin[0].name == "detect" and pin[0].replicas == 2 and pin[0].accelerator_type in ("A", "B")
+    assert pin[1].startswith("explore: measure detect")
+    # 3.5 of 4 GPUs held: no type has room for a whole pool, so nothing is explored now
+    assert next_pins(snap(4, 3), list(snap(4, 3).operators), obs.tracks, windows=1) == []
+    one_type = Snapshot(execution_id="e", seq=1, time_s=1.0, operators=snap(2, 2).operators,
                         cluster=ClusterView(cpus=16, gpus=4, gpus_by_type=(("A", 4.0),)))
-    assert next_pins(one_type, list(snap.operators), obs.tracks, windows=1) == []
+    assert next_pins(one_type, list(one_type.operators), obs.tracks, windows=1) == []

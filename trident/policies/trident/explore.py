@@ -2,11 +2,11 @@
 planner chooses between them.
 
 Ray's autoscaler cannot choose a device, and user code usually names none: on a cluster with
-two or more GPU types an unpinned pool runs wherever its actors land. Here each such pool is
-pinned (a rolling update of ``accelerator_type``) to a type it was not measured on yet, pools
-spread over different types so they are measured at the same time, with as many replicas as
-that type has room for. Once every pool has ``windows`` rate windows on every type, the MILP
-places each where it is relatively fastest. Pure: no Ray, no clock.
+two or more GPU types an unpinned pool runs wherever its actors land. Here one pool at a time
+is pinned (a rolling update of ``accelerator_type``, new actors first) to a type it was not
+measured on yet, and only when that type has room for all its current replicas: exploring
+never shrinks a pool nor leaves actors pending. Once a pool has ``windows`` rate windows on
+several types, the MILP places it where it is relatively fastest. Pure: no Ray, no clock.
 """
 from __future__ import annotations
 
@@ -23,8 +23,9 @@ def measured_types(tr: OperatorTrack, o: OperatorSnapshot, types: list[str], win
 
 def next_pins(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, OperatorTrack], *,
               windows: int) -> list[tuple[OperatorTarget, str]]:
-    """Rolling updates that measure a GPU pool on a type it has not been measured on; each with
-    its reason. Empty when the cluster has one GPU type or every pool is measured everywhere."""
+    """The rolling update (at most one) that measures a GPU pool on a type it has not been
+    measured on, with its reason. Empty when the cluster has one GPU type, every pool is measured
+    everywhere, or no type has room for the pool that still needs it."""
     types = [t for t, g in snap.cluster.gpus_by_type if g > 0]
     if len(types) < 2:
         return []
@@ -38,7 +39,6 @@ def next_pins(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Ope
         elif used:  # an unpinned pool's actors are somewhere: each type holds its share of them
             for t in free:
                 free[t] -= used * capacity[t] / total
-    out, taken = [], set()
     for o in ops:
         c = o.config
         if c.kind != "actor" or c.num_gpus <= 0 or o.name not in tracks:
@@ -49,13 +49,13 @@ def next_pins(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Ope
         todo = [t for t in types if t not in done and t != c.accelerator_type]
         if not todo:
             continue
-        t = min(todo, key=lambda x: (x in taken, -free.get(x, 0.0), x))
-        room = int(max(free.get(t, 0.0), 0.0) // c.num_gpus)
-        n = max(1, min(c.replicas or 1, room))
-        taken.add(t)
-        free[t] = free.get(t, 0.0) - n * c.num_gpus
+        n = max(1, c.replicas or 1)
+        room = [t for t in todo if free.get(t, 0.0) + 1e-9 >= n * c.num_gpus]
+        if not room:
+            continue  # no type it still has to be measured on has room for it now
+        t = max(room, key=lambda x: (free[x], x))
         where = f"type {c.accelerator_type}" if c.accelerator_type else "no type"
-        out.append((OperatorTarget(name=o.name, replicas=n, accelerator_type=t),
-                    f"explore: measure {o.name} on {t} ({n} replica(s); measured on {sorted(done) or 'none'}, "
-                    f"now on {where})"))
-    return out
+        return [(OperatorTarget(name=o.name, replicas=n, accelerator_type=t),
+                 f"explore: measure {o.name} on {t} ({n} replica(s); measured on {sorted(done) or 'none'}, "
+                 f"now on {where})")]
+    return []

@@ -53,6 +53,8 @@ class TridentPolicy:
         self.last_plan_s: float | None = None
         self.replan_now = False
         self._regimes_seen = 0
+        self.inner_sent: dict[str, int] = {}
+        """The last size the inner loop asked of each pool (the shim keeps a target until changed)."""
 
     @property
     def tracks(self):
@@ -271,8 +273,11 @@ class TridentPolicy:
         targets, reasons = inner_targets(snap, self.bounds, self._heaps(snap),
                                          memory_limit_bytes=self.context.memory_limit_bytes, settings=self.settings,
                                          skip=self.phases.operators())
-        if not targets:
+        fresh = [(t, r) for t, r in zip(targets, reasons) if self.inner_sent.get(t.name) != t.replicas]
+        if not fresh:
             return None
+        targets, reasons = [t for t, _ in fresh], [r for _, r in fresh]
+        self.inner_sent.update({t.name: t.replicas for t in targets})
         return self._issue(tuple(targets), "inner: " + "; ".join(reasons), now, notes, kind="inner", plan_made=False)
 
     def _heaps(self, snap: Snapshot) -> dict[str, float]:
@@ -283,6 +288,9 @@ class TridentPolicy:
 
     def _issue(self, targets: tuple[OperatorTarget, ...], reason: str, now: float, notes: list[str], *,
                kind: str, plan_made: bool = True) -> Decision:
+        if plan_made:  # a plan's targets replace what the inner loop asked
+            for t in targets:
+                self.inner_sent.pop(t.name, None)
         self.plan_seq += 1
         if plan_made:
             self.last_plan_s = now
