@@ -62,7 +62,7 @@ class _Rows:
         """Rows as dicts. ``columns`` names a header-less file's columns; a first line equal
         to them is taken as a header and skipped."""
         if not self.path.is_file():
-            raise TraceFormatError(str(self.path), 0, "file not found")
+            raise TraceFormatError(str(self.path), 0, "trace file not found")
         with open(self.path, newline="", encoding="utf-8-sig") as f:
             reader = csv.reader(f, delimiter=delimiter)
             header = list(columns) if columns is not None else None
@@ -98,6 +98,13 @@ class _Bad(Exception):
     """A problem with one row (turned into a TraceFormatError with file and line)."""
 
 
+def _existing(path: Path, what: str = "trace file") -> Path:
+    """``path`` if it exists, else a TraceFormatError saying the trace itself is missing."""
+    if not path.exists():
+        raise TraceFormatError(str(path), 0, f"{what} not found")
+    return path
+
+
 def _finish(name: str, jobs: list[Job], nodes: Sequence[Node], rows: _Rows) -> Trace:
     if not jobs:
         raise TraceFormatError(str(rows.path), 0, "no replayable jobs in the trace")
@@ -127,8 +134,8 @@ def load_alibaba_2023(path: str | Path, *, skip_bad: bool = False) -> Trace:
     below 1000), else ``num_gpu``; ``gpu_spec`` lists the allowed models.
     CPU-only pods and pods never scheduled are excluded.
     """
-    path = Path(path)
-    pods_path = path / "pods.csv" if path.is_dir() else path
+    path = _existing(Path(path))
+    pods_path = _existing(path / "pods.csv" if path.is_dir() else path)
     nodes_path = pods_path.parent / "nodes.csv"
     nrows = _Rows(nodes_path, skip_bad)
     nodes = []
@@ -203,11 +210,11 @@ def load_philly_gavel(path: str | Path, *, throughputs_path: str | Path | None =
     ``speed_by_model`` = steps/s on each model over steps/s on v100.
     ``cluster_spec`` = GPU counts ``"v100:p100:k80"``, in nodes of ``gpus_per_node``.
     """
-    path = Path(path)
+    path = _existing(Path(path))
     tp = Path(throughputs_path) if throughputs_path else _find_beside(path, "simulation_throughputs.json")
     if tp is None:
-        raise TraceFormatError(str(path), 0, "simulation_throughputs.json not found beside the trace; "
-                                             "pass throughputs_path")
+        raise TraceFormatError(str(path), 0, "simulation_throughputs.json (Gavel's measured throughputs) not "
+                                             "found in the trace's folder or the folder above it")
     try:
         raw = json.loads(tp.read_text())
     except json.JSONDecodeError as exc:
@@ -237,6 +244,8 @@ def load_philly_gavel(path: str | Path, *, throughputs_path: str | Path | None =
     cols = ("job_type", "command", "steps_arg", "needs_data", "total_steps", "arrival_time", "scale_factor")
     for line, row in rows.read(columns=cols, delimiter="\t"):
         try:
+            if row["needs_data"].strip() not in ("0", "1", "True", "False"):
+                raise _Bad(f"needs_data={row['needs_data']!r} is not 0 or 1")
             steps = rows.num(line, row, "total_steps")
             sf = int(rows.num(line, row, "scale_factor"))
             if steps <= 0 or sf < 1:
@@ -296,10 +305,11 @@ def load_tiresias(path: str | Path, *, cluster_spec_path: str | Path | None = No
     """A Tiresias job CSV (job_id, num_gpu, submit_time, iterations, model_name, duration, interval)
     with its cluster spec (num_switch, num_node_p_switch, num_gpu_p_node, num_cpu_p_node,
     mem_p_node in GB; ``cluster_spec.csv`` beside the file unless given)."""
-    path = Path(path)
+    path = _existing(Path(path))
     spec_path = Path(cluster_spec_path) if cluster_spec_path else _find_beside(path, "cluster_spec.csv")
     if spec_path is None:
-        raise TraceFormatError(str(path), 0, "cluster_spec.csv not found beside the trace; pass cluster_spec_path")
+        raise TraceFormatError(str(path), 0, "cluster_spec.csv (the cluster's shape) not found in the trace's "
+                                             "folder or the folder above it")
     srows = _Rows(spec_path, False)
     spec = next((r for r in srows.read(required=("num_switch", "num_node_p_switch", "num_gpu_p_node"))), None)
     if spec is None:
@@ -347,7 +357,7 @@ def load_philly(path: str | Path, *, gpu_model: str = "philly", skip_bad: bool =
     path = Path(path)
     rows = _Rows(path, skip_bad)
     if not path.is_file():
-        raise TraceFormatError(str(path), 0, "file not found")
+        raise TraceFormatError(str(path), 0, "trace file not found")
     try:
         entries = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
@@ -441,7 +451,7 @@ def load_pai_2020(path: str | Path, *, skip_bad: bool = False) -> Trace:
     a header line). A job's GPUs = sum over its tasks of inst_num x plan_gpu / 100;
     arrival = the job's start_time (submission); duration = last task end - first task
     start; allowed models = its tasks' gpu_type (MISC or empty = any)."""
-    folder = Path(path)
+    folder = _existing(Path(path), "trace folder")
     if folder.is_file():
         folder = folder.parent
     mrows = _Rows(folder / "pai_machine_spec.csv", skip_bad)
