@@ -1,10 +1,7 @@
 """``drain_to`` on a stand-in for Ray Data's actor pool (the members it touches, as in Ray 2.60)."""
 from dataclasses import dataclass
 
-import pytest
-
-pytest.importorskip("ray")
-from trident.ray_data.rollout import drain_to, drive_to  # noqa: E402
+from trident.ray_data.rollout import drain_to, drive_to
 
 
 @dataclass
