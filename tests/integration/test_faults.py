@@ -167,9 +167,9 @@ def test_controller_killed_mid_run(cluster, tmp_path):
     p = Pipeline(tmp_path, targets((1, 2, 0)))
     _wait_for(lambda: p.blocked() and p.run._controller is not None and p.actions("pool_target"), "a plan applied")
     assert ray.get(p.run._controller.node_id.remote()) == cluster["head"]  # pinned to the driver's node
-    ray.kill(p.run._controller)
-    killed_at = p.run._now_s()
     with pytest.warns(TridentRuntimeWarning, match="controller failed"):
+        ray.kill(p.run._controller)
+        killed_at = p.run._now_s()
         execution = p.finish()
     assert p.run.summary()["controller_failure"] is not None
     assert execution.mode == "stock" and execution.ended_at_s > killed_at
