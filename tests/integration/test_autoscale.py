@@ -73,7 +73,8 @@ def test_every_row_exactly_once_under_each_policy(policy):
     assert execution.mode == ("observe" if policy == "ray" else "control")
     assert len(execution.snapshots) >= 3 and execution.decisions
     last = execution.snapshots[-1]
-    assert (last.cluster.cpus, last.cluster.gpus) == (8.0, 4.0), "the executor's limits, not zeros from before its start"
+    # the executor's limits (Ray Data's share of the 8 CPUs and 4 GPUs), not zeros from before its start
+    assert 0 < last.cluster.cpus <= 8.0 and 0 < last.cluster.gpus <= 4.0, last.cluster
     names = [op.name for op in last.operators]
     assert any("_Gpu" in n for n in names) and any("_Post" in n for n in names)
     if policy == "static":

@@ -198,6 +198,39 @@ def _find_beside(path: Path, name: str) -> Path | None:
     return None
 
 
+def _gavel_throughputs(tp: Path) -> dict[tuple[str, int], dict[str, float]]:
+    """(job type, scale factor) -> steps/s per GPU model, from ``simulation_throughputs.json``:
+    ``{model: {"('<job type>', <scale factor>)": {"null": steps/s, ...}}}``."""
+    text = tp.read_text()
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceFormatError(str(tp), exc.lineno, f"invalid JSON: {exc.msg}") from None
+
+    def bad(key: object, problem: str) -> TraceFormatError:
+        at = text.find(json.dumps(key)) if isinstance(key, str) else -1
+        return TraceFormatError(str(tp), 1 + text[:at].count("\n") if at >= 0 else 1, problem)
+
+    if not isinstance(raw, dict):
+        raise bad(None, "expected an object {gpu model: {\"('job type', scale)\": {\"null\": steps/s}}}")
+    table: dict[tuple[str, int], dict[str, float]] = {}
+    for model in GAVEL_MODELS:
+        entries = raw.get(model, {})
+        if not isinstance(entries, dict):
+            raise bad(model, f"{model!r} must map \"('job type', scale)\" keys to throughputs")
+        for key, entry in entries.items():
+            try:
+                job_type, sf = ast.literal_eval(key)
+                isolated = float(entry["null"] if isinstance(entry, dict) else entry)
+                if not isinstance(job_type, str) or isinstance(sf, bool) or not isinstance(sf, int) or sf < 1:
+                    raise ValueError
+            except (ValueError, TypeError, KeyError, SyntaxError, MemoryError, RecursionError):
+                raise bad(key, f"{model}: {key!r} is not \"('job type', scale >= 1)\" with a steps/s number") from None
+            if math.isfinite(isolated) and isolated > 0:
+                table.setdefault((job_type, sf), {})[model] = isolated
+    return table
+
+
 def load_philly_gavel(path: str | Path, *, throughputs_path: str | Path | None = None,
                       cluster_spec: str = "36:36:36", gpus_per_node: int = 4,
                       skip_bad: bool = False) -> Trace:
@@ -215,17 +248,7 @@ def load_philly_gavel(path: str | Path, *, throughputs_path: str | Path | None =
     if tp is None:
         raise TraceFormatError(str(path), 0, "simulation_throughputs.json (Gavel's measured throughputs) not "
                                              "found in the trace's folder or the folder above it")
-    try:
-        raw = json.loads(tp.read_text())
-    except json.JSONDecodeError as exc:
-        raise TraceFormatError(str(tp), exc.lineno, f"invalid JSON: {exc.msg}") from None
-    table: dict[tuple[str, int], dict[str, float]] = {}
-    for model in GAVEL_MODELS:
-        for key, entry in raw.get(model, {}).items():
-            job_type, sf = ast.literal_eval(key)
-            isolated = entry["null"] if isinstance(entry, dict) else float(entry)
-            if isolated > 0:
-                table.setdefault((job_type, int(sf)), {})[model] = float(isolated)
+    table = _gavel_throughputs(_existing(tp, "throughputs file"))
     try:
         counts = [int(c) for c in cluster_spec.split(":")]
     except ValueError:
