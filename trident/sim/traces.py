@@ -115,9 +115,25 @@ def _finish(name: str, jobs: list[Job], nodes: Sequence[Node], rows: _Rows) -> T
                  excluded=dict(rows.excluded))
 
 
+MAX_NODES = 100_000
+"""More nodes than this in a trace is a malformed row (a replay would not fit in memory)."""
+MAX_GPUS_PER_NODE = 256
+"""More devices than this on one node is a malformed row."""
+MAX_JOB_GPUS = 1_000_000
+
+
 def _gpus(value: float) -> float:
     """A GPU demand as the schema wants it: a fraction below one, else whole GPUs (rounded up)."""
+    if value > MAX_JOB_GPUS:
+        raise _Bad(f"a job asking for {value:g} GPUs (more than {MAX_JOB_GPUS})")
     return value if value < 1 else float(math.ceil(value - 1e-9))
+
+
+def _node_gpus(value: float, col: str) -> int:
+    """A node's device count: a whole number in [0, MAX_GPUS_PER_NODE]."""
+    if not (0 <= value <= MAX_GPUS_PER_NODE and float(value).is_integer()):
+        raise _Bad(f"{col}={value:g} is not a whole number of GPUs in [0, {MAX_GPUS_PER_NODE}]")
+    return int(value)
 
 
 # --- Alibaba GPU 2023 (openb) ------------------------------------------------------------------
@@ -141,9 +157,7 @@ def load_alibaba_2023(path: str | Path, *, skip_bad: bool = False) -> Trace:
     nodes = []
     for line, row in nrows.read(required=("sn", "cpu_milli", "memory_mib", "gpu", "model")):
         try:
-            gpus = nrows.num(line, row, "gpu")
-            if gpus < 0 or not gpus.is_integer():
-                raise _Bad(f"gpu={row['gpu']!r} is not a whole number >= 0")
+            gpus = _node_gpus(nrows.num(line, row, "gpu"), "gpu")
             if gpus > 0 and not row["model"].strip():
                 raise _Bad("a node with GPUs has no model")
             nodes.append(Node(node_id=row["sn"], gpu_model=row["model"].strip(), num_gpus=int(gpus),
@@ -339,14 +353,16 @@ def load_tiresias(path: str | Path, *, cluster_spec_path: str | Path | None = No
         raise TraceFormatError(str(spec_path), 1, "no cluster spec row")
     line, s = spec
     try:
-        n = int(srows.num(line, s, "num_switch") * srows.num(line, s, "num_node_p_switch"))
-        g = int(srows.num(line, s, "num_gpu_p_node"))
+        n = srows.num(line, s, "num_switch") * srows.num(line, s, "num_node_p_switch")
+        if not (0 < n <= MAX_NODES and float(n).is_integer()):
+            raise _Bad(f"num_switch x num_node_p_switch = {n:g} is not a whole number of nodes in [1, {MAX_NODES}]")
+        g = _node_gpus(srows.num(line, s, "num_gpu_p_node"), "num_gpu_p_node")
         cpus = srows.num(line, s, "num_cpu_p_node", default=0.0)
         mem = srows.num(line, s, "mem_p_node", default=0.0) * 1024
-    except _Bad as exc:
+        nodes = [Node(node_id=f"node-{k}", gpu_model=gpu_model, num_gpus=g, cpus=cpus, memory_mib=mem)
+                 for k in range(int(n))]
+    except (_Bad, ConfigError) as exc:
         raise TraceFormatError(str(spec_path), line, str(exc)) from None
-    nodes = [Node(node_id=f"node-{k}", gpu_model=gpu_model, num_gpus=g, cpus=cpus, memory_mib=mem)
-             for k in range(n)]
     rows = _Rows(path, skip_bad)
     jobs = []
     for line, row in rows.read(required=("job_id", "num_gpu", "submit_time", "duration")):
@@ -398,6 +414,7 @@ def load_philly(path: str | Path, *, gpu_model: str = "philly", skip_bad: bool =
                 raise _Bad("submitted_time is missing")
             run_s = 0.0
             gpus = 0
+            seen: dict[str, int] = {}
             for a_index, attempt in enumerate(e["attempts"]):
                 start, end = _parse_time(attempt.get("start_time")), _parse_time(attempt.get("end_time"))
                 if start is not None and end is not None:
@@ -409,16 +426,21 @@ def load_philly(path: str | Path, *, gpu_model: str = "philly", skip_bad: bool =
                     if a_index == 0:
                         gpus += len(ids)
                     if ids:
-                        machines[d["ip"]] = max(machines.get(d["ip"], 0), max(ids) + 1)
+                        ip = str(d["ip"])
+                        seen[ip] = max(seen.get(ip, 0), _node_gpus(max(ids) + 1, "gpu index + 1"))
+                        if min(ids) < 0:
+                            raise _Bad(f"gpu index {min(ids)} is negative")
             if gpus == 0:
                 rows.exclude("no_gpus")
                 continue
             if run_s <= 0:
                 rows.exclude("never_ran")
                 continue
-            jobs.append(Job(job_id=str(e["jobid"]), arrival_s=submitted, duration_s=run_s, num_gpus=float(gpus),
+            jobs.append(Job(job_id=str(e["jobid"]), arrival_s=submitted, duration_s=run_s, num_gpus=_gpus(gpus),
                             user=str(e.get("user", "")), vc=str(e.get("vc", "")), status=str(e.get("status", ""))))
-        except (_Bad, ConfigError, ValueError, TypeError, KeyError) as exc:
+            for ip, g in seen.items():
+                machines[ip] = max(machines.get(ip, 0), g)
+        except (_Bad, ConfigError, ValueError, TypeError, KeyError, AttributeError) as exc:
             rows.bad(k, str(exc))
     nodes = [Node(node_id=ip, gpu_model=gpu_model, num_gpus=g) for ip, g in sorted(machines.items())]
     return _finish("philly", jobs, nodes, rows)
@@ -481,22 +503,22 @@ def load_pai_2020(path: str | Path, *, skip_bad: bool = False) -> Trace:
     nodes = []
     for line, row in mrows.read(columns=PAI_MACHINE_COLUMNS):
         try:
-            gpus = mrows.num(line, row, "cap_gpu", default=0.0)
+            gpus = _node_gpus(math.floor(mrows.num(line, row, "cap_gpu", default=0.0)), "cap_gpu")
             if gpus > 0:
-                nodes.append(Node(node_id=row["machine"], gpu_model=row["gpu_type"], num_gpus=int(gpus),
+                nodes.append(Node(node_id=row["machine"], gpu_model=row["gpu_type"], num_gpus=gpus,
                                   cpus=mrows.num(line, row, "cap_cpu", default=0.0),
                                   memory_mib=mrows.num(line, row, "cap_mem", default=0.0) * 1024))
         except (_Bad, ConfigError) as exc:
             mrows.bad(line, str(exc))
     jrows = _Rows(folder / "pai_job_table.csv", skip_bad)
-    submitted: dict[str, tuple[float, str, str]] = {}
+    submitted: dict[str, tuple[float, str, str, int]] = {}
     for line, row in jrows.read(columns=PAI_JOB_COLUMNS):
         try:
             start = jrows.num(line, row, "start_time", default=math.nan)
             if math.isnan(start):
                 jrows.exclude("no_submit_time")
                 continue
-            submitted[row["job_name"]] = (start, row["user"], row["status"])
+            submitted[row["job_name"]] = (start, row["user"], row["status"], line)
         except _Bad as exc:
             jrows.bad(line, str(exc))
     trows = _Rows(folder / "pai_task_table.csv", skip_bad)
@@ -533,9 +555,12 @@ def load_pai_2020(path: str | Path, *, skip_bad: bool = False) -> Trace:
         if not end > start:
             trows.exclude("no_run_time")
             continue
-        arrival, user, status = submitted[name]
-        jobs.append(Job(job_id=name, arrival_s=arrival, duration_s=end - start, num_gpus=_gpus(gpus),
-                        gpu_models=tuple(sorted(models)), cpus=cpus, memory_mib=mem, user=user, status=status))
+        arrival, user, status, line = submitted[name]
+        try:  # the job's figures add up its tasks; a bad sum is reported at the job's own line
+            jobs.append(Job(job_id=name, arrival_s=arrival, duration_s=end - start, num_gpus=_gpus(gpus),
+                            gpu_models=tuple(sorted(models)), cpus=cpus, memory_mib=mem, user=user, status=status))
+        except (_Bad, ConfigError) as exc:
+            jrows.bad(line, f"job {name!r} (summed over its tasks): {exc}")
     trows.skipped += mrows.skipped + jrows.skipped
     for r in (mrows, jrows):
         for k, v in r.excluded.items():
