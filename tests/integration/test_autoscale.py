@@ -21,7 +21,8 @@ ROWS = 240
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
-    ray.init(num_cpus=8, num_gpus=4, include_dashboard=False, log_to_driver=False)
+    # a fresh local instance, never another cluster running on this machine
+    ray.init(address="local", num_cpus=8, num_gpus=4, include_dashboard=False, log_to_driver=False)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # test policies reach the controller
     yield
     ray.shutdown()
@@ -368,3 +369,18 @@ def test_dry_run_records_plans_and_changes_nothing():
     assert any(d.plan is not None for d in execution.decisions)
     assert execution.actions and all(not a.applied for a in execution.actions)
     assert run.summary()["reconfigurations"] == 0
+
+
+def _no_step_factory(*, context=None):
+    """A policy factory that returns an object without ``step``."""
+    return object()
+
+
+def test_a_policy_without_step_falls_back_with_one_plain_line():
+    with pytest.warns(TridentRuntimeWarning, match="controller failed"):
+        with trident.autoscale(policy=_no_step_factory, interval_s=0.1) as run:
+            rows = _small().take_all()
+    assert_each_id_once(rows, 100)
+    failure = run.summary()["controller_failure"]
+    assert "ConfigError: policy=" in failure and "step(snapshot, now)" in failure, failure
+    assert "\x1b" not in failure and "RayTaskError" not in failure

@@ -25,7 +25,8 @@ WAIT_S = 60.0  # upper bound on any hand-shake; a test that needs it has already
 def ray_cluster():
     os.environ["RAY_AUTH_MODE"] = "disabled"
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this test module
-    ray.init(num_cpus=4, num_gpus=GPUS, include_dashboard=False, log_to_driver=False)
+    # a fresh local instance, never another cluster running on this machine
+    ray.init(address="local", num_cpus=4, num_gpus=GPUS, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
