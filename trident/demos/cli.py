@@ -20,7 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="generated documents (pdf, default 8) or clips (video, default 4)")
     parser.add_argument("--resolution", default="sd", choices=("tiny", "sd", "hd"), help="video frame size")
     parser.add_argument("--seed", type=integer(0), default=0, help="seed of the generated input")
-    parser.add_argument("--cpus", type=integer(1), default=8, help="logical CPUs of the embedded Ray")
+    parser.add_argument("--cpus", type=integer(3), default=8,
+                        help="logical CPUs of the embedded Ray (at least 3: one per model actor and one for "
+                             "the parsing tasks)")
     parser.add_argument("--gpus", type=integer(1), default=2, help="logical GPUs of the embedded Ray")
     parser.add_argument("--no-samples", action="store_true", help="pdf: use generated documents only")
 
