@@ -15,10 +15,11 @@ _LAZY = {
     "autoscale": ("trident.api", "autoscale"),
     "Run": ("trident.api", "Run"),
     "JobScheduler": ("trident.sched.scheduler", "JobScheduler"),
+    "JobState": ("trident.sched.scheduler", "JobState"),
     "sim": ("trident.sim", None),
 }
 
-__all__ = ["autoscale", "Run", "JobScheduler", "sim", "TridentError", "ConfigError", "UnknownNameError",
+__all__ = ["autoscale", "Run", "JobScheduler", "JobState", "sim", "TridentError", "ConfigError", "UnknownNameError",
            "__version__"]
 
 

@@ -68,12 +68,19 @@ class Run:
             self._closed = True
             self.record.ended_at_s = self._now_s()
             controller, self._controller = self._controller, None
+        # Nothing trident does at the end may raise: the user's own exception, if any, stays theirs.
         if controller is not None and not self._controller_dead:
             from trident.control.actor import release_controller
 
-            release_controller(controller)
+            try:
+                release_controller(controller)
+            except Exception as err:
+                self._warn_once("release", f"keeping the controller for the next run failed: {err!r}")
         if self.config.log_dir:
-            self._write_log_dir(self.config.log_dir)
+            try:
+                self._write_log_dir(self.config.log_dir)
+            except Exception as err:
+                self._warn_once("log_dir", f"writing the run's logs to {self.config.log_dir!r} failed: {err!r}")
 
     # -- the record, for users -------------------------------------------------------------
 
@@ -180,8 +187,9 @@ def autoscale(*, policy: Any = "trident", memory_limit: object = None, interval_
     ``policy``: a registered policy name (``"trident"``, ``"ds2"``, ``"static"``, ``"ray"``), or a
     policy factory ``factory(context=PolicyContext) -> Policy`` (it must be picklable).
     ``memory_limit``: worker-memory ceiling (bytes or ``"16GiB"``) handed to the policy.
-    ``interval_s``: seconds between snapshots. ``dry_run``: decide and record, change nothing.
-    ``log_dir``: write ``trident-run.{json,txt,png}`` there when the block ends.
+    ``interval_s``: seconds between snapshots (>= 0.05). ``dry_run``: decide and record, change nothing.
+    ``log_dir``: write ``trident-run.{json,txt,png}`` there when the block ends (created and
+    checked for writing now; a failure to write at the end is a warning, never an exception).
     ``seed``: the policy's RNG seed. Raises :class:`~trident.errors.ConfigError` on bad input.
     """
     return Run(AutoscaleConfig.from_user(policy=policy, memory_limit=memory_limit, interval_s=interval_s,

@@ -1,9 +1,15 @@
-"""The ``trident`` command line. Each subcommand lives in its own module, imported on use."""
+"""The ``trident`` command line. Each subcommand lives in its own module, imported on use.
+
+Every bad argument is one line on stderr and exit status 2, before Ray starts or any work begins.
+"""
 from __future__ import annotations
 
 import argparse
 import sys
 from importlib import import_module
+
+from trident.cli_args import Parser, describe
+from trident.errors import TridentError
 
 # subcommand -> (module with add_arguments(parser) and main(args) -> int, one-line help)
 SUBCOMMANDS = {
@@ -14,15 +20,20 @@ SUBCOMMANDS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="trident", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="trident", description="trident: Ray Data pipelines fast and OOM-free without hand "
+                                                "tuning, and a GPU cluster shared well. Run 'trident COMMAND "
+                                                "--help' for a command's options.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(SUBCOMMANDS) + "}")
     for name, (module, help_text) in SUBCOMMANDS.items():
-        p = sub.add_parser(name, help=help_text)
-        p.set_defaults(_module=module)
         try:
-            import_module(module).add_arguments(p)
+            mod = import_module(module)
         except ImportError as exc:  # a subcommand whose optional dependencies are missing
-            p.set_defaults(_import_error=str(exc))
+            p = sub.add_parser(name, help=help_text, description=help_text)
+            p.set_defaults(_module=module, _import_error=str(exc))
+            continue
+        p = sub.add_parser(name, help=help_text, description=describe(mod.__doc__))
+        p.set_defaults(_module=module)
+        mod.add_arguments(p)
     return parser
 
 
@@ -32,7 +43,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trident {args.command}: unavailable ({args._import_error}); "
               "install the extras: pip install 'trident[examples]'", file=sys.stderr)
         return 2
-    return int(import_module(args._module).main(args) or 0)
+    try:
+        return int(import_module(args._module).main(args) or 0)
+    except TridentError as exc:
+        print(f"trident {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

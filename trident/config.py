@@ -6,7 +6,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from trident.errors import ConfigError
+from trident.paths import writable_dir
 from trident.units import parse_memory_bytes
+
+MIN_INTERVAL_S = 0.05
+"""The shortest observation period: Ray Data's executor steps about every 0.1 s, so a
+shorter one only floods the controller with identical snapshots."""
 
 
 def valid_policy_names() -> list[str]:
@@ -24,8 +29,9 @@ class AutoscaleConfig:
     ``policy`` is a name registered in ``POLICIES`` or a policy factory (called as
     ``factory(context=PolicyContext)`` once per execution, in the controller actor).
     Build it with :meth:`from_user` to accept a human-written ``memory_limit`` (``"16GiB"``).
-    ``interval_s`` is the observation period in seconds; a controller that has not answered a
-    snapshot within ``controller_timeout_s`` is treated as dead.
+    ``interval_s`` is the observation period in seconds (at least :data:`MIN_INTERVAL_S`); a
+    controller that has not answered a snapshot within ``controller_timeout_s`` is treated as dead.
+    ``log_dir`` must be a non-empty path; :meth:`from_user` also creates it and checks it is writable.
     """
 
     policy: Any = "trident"
@@ -44,18 +50,17 @@ class AutoscaleConfig:
                                   + " (or a policy factory: callable(context=PolicyContext) -> Policy)")
         if self.memory_limit_bytes is not None:
             parse_memory_bytes(self.memory_limit_bytes, "memory_limit")
-        if (isinstance(self.interval_s, bool) or not isinstance(self.interval_s, (int, float))
-                or not math.isfinite(self.interval_s) or self.interval_s <= 0):
-            raise ConfigError("interval_s", self.interval_s, "a positive number of seconds, e.g. 1.0")
+        if not _finite_number(self.interval_s) or self.interval_s < MIN_INTERVAL_S:
+            raise ConfigError("interval_s", self.interval_s,
+                              f"a positive number of seconds >= {MIN_INTERVAL_S}, e.g. 1.0")
         if not isinstance(self.dry_run, bool):
             raise ConfigError("dry_run", self.dry_run, "True or False")
-        if self.log_dir is not None and not isinstance(self.log_dir, str):
-            raise ConfigError("log_dir", self.log_dir, "None or a directory path (str)")
+        if self.log_dir is not None and (not isinstance(self.log_dir, str) or not self.log_dir.strip()):
+            raise ConfigError("log_dir", self.log_dir, "None or a non-empty directory path (str)")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError("seed", self.seed, "an integer >= 0")
-        if (isinstance(self.controller_timeout_s, bool) or not isinstance(self.controller_timeout_s, (int, float))
-                or self.controller_timeout_s <= 0):
-            raise ConfigError("controller_timeout_s", self.controller_timeout_s, "a positive number of seconds")
+        if not _finite_number(self.controller_timeout_s) or self.controller_timeout_s <= 0:
+            raise ConfigError("controller_timeout_s", self.controller_timeout_s, "a positive, finite number of seconds")
 
     @property
     def policy_name(self) -> str:
@@ -64,5 +69,13 @@ class AutoscaleConfig:
 
     @classmethod
     def from_user(cls, *, memory_limit: object = None, **kwargs) -> "AutoscaleConfig":
-        """Validate user input; ``memory_limit`` may be bytes or a string such as ``"16GiB"``."""
-        return cls(memory_limit_bytes=parse_memory_bytes(memory_limit, "memory_limit"), **kwargs)
+        """Validate user input; ``memory_limit`` may be bytes or a string such as ``"16GiB"``.
+        ``log_dir`` is created here and must be writable."""
+        config = cls(memory_limit_bytes=parse_memory_bytes(memory_limit, "memory_limit"), **kwargs)
+        if config.log_dir is not None:
+            writable_dir(config.log_dir, "log_dir")
+        return config
+
+
+def _finite_number(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)

@@ -3,7 +3,29 @@ from __future__ import annotations
 
 
 class TridentError(Exception):
-    """Base class of every error trident raises on purpose."""
+    """Base class of every error trident raises on purpose.
+
+    Picklable whatever the offending value was (a value that cannot travel is kept as its
+    ``repr``), so an error raised inside a Ray actor reaches the driver as itself.
+    """
+
+    def __reduce__(self):
+        return _restore, (type(self), self.args, {k: _portable(v) for k, v in self.__dict__.items()})
+
+
+def _portable(value: object) -> object:
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, (tuple, list)):
+        return type(value)(_portable(v) for v in value)
+    return repr(value)
+
+
+def _restore(cls: type, args: tuple, state: dict) -> "TridentError":
+    err = cls.__new__(cls)
+    err.args = args
+    err.__dict__.update(state)
+    return err
 
 
 class ConfigError(TridentError, ValueError):

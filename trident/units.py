@@ -1,6 +1,7 @@
 """Parsing of human-written quantities (memory sizes)."""
 from __future__ import annotations
 
+import math
 import re
 
 from trident.errors import ConfigError
@@ -18,20 +19,19 @@ def parse_memory_bytes(value: object, parameter: str = "memory_limit") -> int | 
 
     ``None`` passes through (no limit). Anything else raises :class:`ConfigError` naming ``parameter``.
     """
-    valid = "a positive number of bytes or a string like '16GiB', '512MiB', '2GB' (units: " + ", ".join(
+    valid = "a finite number of bytes >= 1 or a string like '16GiB', '512MiB', '2GB' (units: " + ", ".join(
         u for u in _UNITS if u) + ")"
     if value is None:
         return None
     if isinstance(value, bool):
         raise ConfigError(parameter, value, valid)
+    n = None
     if isinstance(value, (int, float)):
-        if value <= 0:
-            raise ConfigError(parameter, value, valid)
-        return int(value)
-    if isinstance(value, str):
+        n = float(value)
+    elif isinstance(value, str):
         m = _PATTERN.match(value)
         if m and m.group(2).lower() in _UNITS:
             n = float(m.group(1)) * _UNITS[m.group(2).lower()]
-            if n > 0:
-                return int(n)
-    raise ConfigError(parameter, value, valid)
+    if n is None or not math.isfinite(n) or n < 1:
+        raise ConfigError(parameter, value, valid)
+    return int(n)

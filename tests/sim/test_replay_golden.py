@@ -51,3 +51,18 @@ def test_cli_compare_writes_results_json_and_png(tmp_path, capsys):
 def test_cli_reports_a_bad_trace_spec(capsys):
     assert trident_main(["simulate", "--trace", "borg", "--no-progress"]) == 2
     assert "kind:PATH" in capsys.readouterr().err
+
+
+def test_cli_output_is_its_own_no_solver_banner(tmp_path):
+    """A fresh process (the solver prints its banner once per process): only trident's lines."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "trident.cli", "simulate", "--trace", "tiresias", "--compare",
+                           "fifo/none/milp", "--no-progress", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "HiGHS" not in proc.stdout + proc.stderr and "Copyright" not in proc.stdout
+    assert proc.stdout.splitlines()[0].startswith("trace tiresias:")
+    assert proc.stdout.splitlines()[-1] == (f"wrote {tmp_path}/simulate-tiresias-load1-seed0.json and "
+                                            f"{tmp_path}/simulate-tiresias-load1-seed0.png")

@@ -126,3 +126,19 @@ def test_load_scaling_resampling_and_cluster_scaling():
     small = scale_cluster(ali.nodes, 0.1)
     assert {n.gpu_model for n in small} == {n.gpu_model for n in ali.nodes if n.num_gpus}
     assert 0 < sum(n.num_gpus for n in small) < 0.2 * 6212
+
+
+def test_a_missing_trace_is_named_as_missing(tmp_path):
+    for kind in ("alibaba-2023", "philly-gavel", "pollux", "tiresias", "philly", "helios", "pai-2020"):
+        with pytest.raises(TraceFormatError, match=r"nonexistent:0: trace (file|folder) not found"):
+            load_trace(f"{kind}:{tmp_path / 'nonexistent'}")
+
+
+def test_gavel_needs_data_must_be_0_or_1(tmp_path):
+    src = shipped_path("philly-gavel")
+    (tmp_path / "simulation_throughputs.json").write_text((src.parent / "simulation_throughputs.json").read_text())
+    fields = src.read_text().splitlines()[2].split("\t")
+    fields[3] = "X"
+    bad = _corrupt(tmp_path, src, 3, "\t".join(fields))
+    with pytest.raises(TraceFormatError, match=r"2869ce.csv:3: needs_data='X' is not 0 or 1"):
+        load_trace(f"philly-gavel:{bad}")

@@ -92,3 +92,77 @@ def test_callback_registration_follows_nested_and_repeated_blocks(monkeypatch):
     with outer:  # a run may be entered again
         assert session.current_run() is outer
     assert session.active_runs() == []
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), 0.5, "9" * 400 + "TB"])
+def test_memory_limit_that_is_not_a_finite_byte_count(bad):
+    with pytest.raises(ConfigError, match="memory_limit"):
+        trident.autoscale(policy="ray", memory_limit=bad)
+
+
+@pytest.mark.parametrize("kwargs", [{"controller_timeout_s": float("nan")}, {"controller_timeout_s": float("inf")},
+                                    {"interval_s": 1e-9}, {"interval_s": 0.049}])
+def test_timings_that_cannot_work_are_refused(kwargs):
+    (parameter,) = kwargs
+    with pytest.raises(ConfigError, match=parameter):
+        trident.autoscale(policy="ray", **kwargs)
+    assert trident.autoscale(policy="ray", interval_s=0.05).config.interval_s == 0.05
+
+
+def test_log_dir_is_checked_before_any_work(tmp_path):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    for bad, why in [("", "non-empty"), ("   ", "non-empty"), (str(a_file), "it is a file"),
+                     (str(a_file / "below"), "Not a directory"), ("/proc/trident-logs", "")]:
+        with pytest.raises(ConfigError, match="log_dir") as info:
+            trident.autoscale(policy="ray", log_dir=bad)
+        assert why in str(info.value)
+    fresh = tmp_path / "new" / "logs"
+    assert trident.autoscale(policy="ray", log_dir=str(fresh)).config.log_dir == str(fresh)
+    assert fresh.is_dir()  # created when autoscale() is called
+
+
+def test_an_error_writing_logs_never_replaces_the_users_exception(tmp_path, monkeypatch):
+    from trident.api import Run
+
+    def broken(self, log_dir):
+        raise FileExistsError(log_dir)
+
+    monkeypatch.setattr(Run, "_write_log_dir", broken)
+    run = trident.autoscale(policy="ray", log_dir=str(tmp_path))
+    with pytest.warns(session.TridentRuntimeWarning, match="writing the run's logs"):
+        with pytest.raises(KeyError, match="the user's own"):
+            with run:
+                raise KeyError("the user's own")
+    assert any("FileExistsError" in w for w in run.record.warnings)
+    with pytest.warns(session.TridentRuntimeWarning):  # without an exception in flight: a warning, no raise
+        with trident.autoscale(policy="ray", log_dir=str(tmp_path)):
+            pass
+
+
+def test_logs_are_written_when_the_block_ends(tmp_path):
+    with trident.autoscale(policy="ray", log_dir=str(tmp_path / "logs")):
+        pass
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["trident-run.json", "trident-run.png",
+                                                                    "trident-run.txt"]
+
+
+def test_a_policy_without_step_is_named_plainly():
+    from trident.control.actor import describe_failure
+    from trident.control.loop import ControlLoop
+
+    class NoStep:
+        pass
+
+    with pytest.raises(ConfigError, match=r"step\(snapshot, now\).*NoStep without one") as info:
+        ControlLoop(policy=NoStep())
+
+    class RemoteWrapper(Exception):  # how Ray hands back an error raised inside the controller actor
+        def __init__(self, cause):
+            super().__init__("\x1b[36mray::Controller.step()\x1b[39m (pid=1)\n  traceback ...")
+            self.cause = cause
+
+    line = describe_failure(RemoteWrapper(info.value))
+    assert line.startswith("ConfigError: policy=") and "step(snapshot, now)" in line
+    assert "\x1b" not in line and "\n" not in line
+    assert describe_failure(RuntimeError("actor died\nmore")) == "RuntimeError: actor died"

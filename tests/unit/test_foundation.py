@@ -36,3 +36,19 @@ def test_types_validate():
         OperatorTarget(name="op", replicas=-1)
     assert OperatorTarget(name="op", batch_size=32).needs_rollout
     assert not OperatorTarget(name="op", replicas=3).needs_rollout
+
+
+def test_trident_errors_survive_pickling_whatever_the_value():
+    import pickle
+
+    from trident.errors import ConfigError, TraceFormatError, UnknownNameError
+
+    class Local:  # not importable: cannot be pickled by reference
+        pass
+
+    for err in (ConfigError("policy", Local(), "a policy with step"), TraceFormatError("/x.csv", 3, "bad"),
+                UnknownNameError("policy", "nope", ["fifo"])):
+        back = pickle.loads(pickle.dumps(err))
+        assert type(back) is type(err) and str(back) == str(err)
+    back = pickle.loads(pickle.dumps(ConfigError("seed", -1, "an integer >= 0")))
+    assert (back.parameter, back.value, back.valid) == ("seed", -1, "an integer >= 0")

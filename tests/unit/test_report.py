@@ -120,3 +120,13 @@ def test_rows_hidden_by_a_fused_write_sink_are_not_measured():
                                operators=(last.operators[0], fused), cluster=last.cluster)
     s = summarize(r)
     assert s["rows"] is None and "throughput_rows_per_s" not in s
+
+
+def test_report_shows_the_peak_rss_per_replica_not_the_last():
+    r = record()
+    e = r.executions[0]
+    e.snapshots = [snap(t, 30 * t, 1, (900 if t == 4 else 100) * 2**20) for t in range(1, 11)]
+    text = format_report(r)
+    assert "peak rss/replica" in text
+    row = next(line for line in text.splitlines() if line.strip().startswith("MapBatches(Embed)"))
+    assert row.rstrip().endswith("900.0MiB"), row

@@ -4,6 +4,7 @@ from importlib import resources
 
 import numpy as np
 import pytest
+import torch
 
 from trident.errors import ConfigError
 from trident.sched.base import JOB_POLICIES, Job, JobView, Node, SchedState
@@ -13,7 +14,6 @@ from trident.sched.rl import (NumpyActorCritic, PpoConfig, Rollout, _batch_logp,
 from trident.sched.rltune import WEIGHTS_FILE, RLTunePolicy
 from trident.sim.cluster import Cluster
 
-torch = pytest.importorskip("torch")
 
 
 @pytest.fixture(autouse=True)

@@ -31,6 +31,12 @@ class Controller:
         self.context = context
         self.loops: dict[str, ControlLoop] = {}
 
+    def node_id(self) -> str:
+        """The Ray node this controller runs on."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
     def step(self, snapshot: Snapshot, now: float) -> Decision:
         loop = self.loops.get(snapshot.execution_id)
         if loop is None:
@@ -64,7 +70,8 @@ def acquire_controller(*, policy: Any, context: PolicyContext) -> Any:
 
     A new actor needs a worker process (seconds of CPU on a small machine); reusing an idle
     one keeps that cost off every run but the first. No CPU or GPU is reserved: the
-    controller must never take a pipeline's slot.
+    controller must never take a pipeline's slot. It is pinned to the driver's node, so a
+    worker node's death never takes it away.
     """
     import ray
 
@@ -81,14 +88,26 @@ def acquire_controller(*, policy: Any, context: PolicyContext) -> Any:
             return handle
         except Exception:
             continue
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
     actor_cls = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=1)(Controller)
-    return actor_cls.remote(policy=policy, context=context)
+    here = NodeAffinitySchedulingStrategy(node_id=key[1], soft=False)  # dies only with the driver's node
+    return actor_cls.options(scheduling_strategy=here).remote(policy=policy, context=context)
 
 
 def release_controller(handle: Any) -> None:
     """Keep a healthy controller for the next run of this Ray session."""
     with _idle_lock:
         _idle.append((_cluster_key(), handle))
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One plain line for a controller failure: the error raised inside the actor when there
+    is one (not Ray's coloured traceback around it), else Ray's own error."""
+    cause = getattr(exc, "cause", None)
+    err = cause if isinstance(cause, BaseException) else exc
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return f"{type(err).__name__}: {text}".rstrip(": ")
 
 
 class ControllerClient:
@@ -131,7 +150,7 @@ class ControllerClient:
                 decisions.append(ray.get(ref, timeout=0))
                 self.answered = True
             except Exception as exc:
-                self._fail(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".strip())
+                self._fail(describe_failure(exc))
                 return decisions
         if self._pending:
             limit_s = self.timeout_s if self.answered else self.startup_timeout_s

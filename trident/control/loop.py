@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import trident.policies  # noqa: F401  (registers the built-in policies)
+from trident.errors import ConfigError
 from trident.control.policy import POLICIES, Policy, PolicyContext
 from trident.types import Decision, Plan, Snapshot
 
@@ -15,6 +16,10 @@ class ControlLoop:
     def __init__(self, *, policy: str | Policy, context: PolicyContext | None = None) -> None:
         ctx = context or PolicyContext()
         self.policy: Policy = POLICIES.create(policy, context=ctx) if isinstance(policy, str) else policy
+        if not callable(getattr(self.policy, "step", None)):
+            raise ConfigError("policy", self.policy,
+                              "a policy with a step(snapshot, now) -> Decision method (the factory returned an "
+                              f"object of type {type(self.policy).__name__} without one)")
         self.decisions: list[Decision] = []
         self.latest_plan: Plan | None = None
 

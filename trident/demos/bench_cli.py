@@ -4,30 +4,37 @@ from __future__ import annotations
 
 import argparse
 
+from trident.cli_args import integer, memory_size, number, output_dir
+from trident.config import MIN_INTERVAL_S
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from trident.demos.bench import POLICIES
 
     parser.add_argument("--out", default="benchmarks/results", help="results folder")
     parser.add_argument("--workload", nargs="+", default=["pdf-regimes", "video-regimes"],
-                        choices=["pdf-regimes", "video-regimes"])
-    parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
-    parser.add_argument("--scale", type=float, default=1.0, help="multiplies every phase's row count")
+                        choices=["pdf-regimes", "video-regimes"], help="workloads to run")
+    parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES),
+                        help="policies to compare")
+    parser.add_argument("--scale", type=number(above=0), default=1.0, help="multiplies every phase's row count")
     parser.add_argument("--no-oracle", action="store_true", help="skip the per-phase static sweep")
-    parser.add_argument("--cpus", type=int, default=16, help="logical CPUs")
-    parser.add_argument("--gpus", type=int, default=8, help="logical GPUs")
-    parser.add_argument("--memory-limit", default="5GiB", help="model replicas' summed memory limit")
-    parser.add_argument("--time-scale", type=float, default=0.5,
+    parser.add_argument("--cpus", type=integer(1), default=16, help="logical CPUs")
+    parser.add_argument("--gpus", type=integer(1), default=8, help="logical GPUs")
+    parser.add_argument("--memory-limit", type=memory_size, default="5GiB",
+                        help="model replicas' summed memory limit")
+    parser.add_argument("--time-scale", type=number(above=0), default=0.5,
                         help="fraction of the calibrated time a stand-in sleeps (accelerator speed-up)")
-    parser.add_argument("--memory-scale", type=float, default=1.0,
+    parser.add_argument("--memory-scale", type=number(above=0), default=1.0,
                         help="fraction of the calibrated memory a stand-in allocates")
-    parser.add_argument("--interval-s", type=float, default=1.0, help="trident's snapshot interval")
+    parser.add_argument("--interval-s", type=number(at_least=MIN_INTERVAL_S), default=1.0,
+                        help="trident's snapshot interval, s")
 
 
 def main(args: argparse.Namespace) -> int:
     from trident.demos.bench import Cluster, run_bench
     from trident.units import parse_memory_bytes
 
+    output_dir(args.out, "--out")
     cluster = Cluster(cpus=args.cpus, gpus=args.gpus, time_scale=args.time_scale, memory_scale=args.memory_scale,
                       memory_limit_bytes=parse_memory_bytes(args.memory_limit, "memory_limit"))
     print(f"pipeline benchmark, calibrated mode: {args.cpus} logical CPUs, {args.gpus} logical GPUs, "

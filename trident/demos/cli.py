@@ -6,18 +6,24 @@ import argparse
 import tempfile
 from pathlib import Path
 
+from trident.cli_args import autoscale_policy, integer, memory_size, output_dir
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("workload", choices=("pdf", "video"), help="which curation example to run")
     parser.add_argument("--out", default=None, help="output folder (default: a new temporary folder)")
-    parser.add_argument("--policy", default="trident", help="autoscaling policy: trident, ds2, ray or static")
-    parser.add_argument("--memory-limit", default=None, help="memory the pipeline may use, e.g. 8GiB")
-    parser.add_argument("--size", type=int, default=None,
+    parser.add_argument("--policy", type=autoscale_policy, default="trident",
+                        help="autoscaling policy: trident, ds2, ray or static")
+    parser.add_argument("--memory-limit", type=memory_size, default=None,
+                        help="memory the pipeline may use, e.g. 8GiB (default: no limit)")
+    parser.add_argument("--size", type=integer(1), default=None,
                         help="generated documents (pdf, default 8) or clips (video, default 4)")
     parser.add_argument("--resolution", default="sd", choices=("tiny", "sd", "hd"), help="video frame size")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--cpus", type=int, default=8, help="logical CPUs of the embedded Ray")
-    parser.add_argument("--gpus", type=int, default=2, help="logical GPUs of the embedded Ray")
+    parser.add_argument("--seed", type=integer(0), default=0, help="seed of the generated input")
+    parser.add_argument("--cpus", type=integer(3), default=8,
+                        help="logical CPUs of the embedded Ray (at least 3: one per model actor and one for "
+                             "the parsing tasks)")
+    parser.add_argument("--gpus", type=integer(1), default=2, help="logical GPUs of the embedded Ray")
     parser.add_argument("--no-samples", action="store_true", help="pdf: use generated documents only")
 
 
@@ -33,7 +39,7 @@ def _print_table(result) -> None:
 def main(args: argparse.Namespace) -> int:
     from trident.demos.runner import SAMPLES_PDF_DIR, run_pdf, run_video, start_ray
 
-    out = Path(args.out or tempfile.mkdtemp(prefix=f"trident-demo-{args.workload}-"))
+    out = Path(output_dir(args.out, "--out") if args.out else tempfile.mkdtemp(prefix=f"trident-demo-{args.workload}-"))
     print(f"trident demo {args.workload}: policy={args.policy}, output in {out}")
     start_ray(num_cpus=args.cpus, num_gpus=args.gpus)
     try:

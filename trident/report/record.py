@@ -145,6 +145,16 @@ def _execution(d: dict[str, Any]) -> ExecutionRecord:
 RECONFIGURING_ACTIONS = ("pool_target", "task_cap", "rollout_started")
 
 
+def peak_heap_rss_per_replica(snapshots: Any) -> dict[str, int]:
+    """Per operator, the largest heap RSS of one replica (bytes) over ``snapshots``."""
+    peak: dict[str, int] = {}
+    for s in snapshots:
+        for op in s.operators:
+            if op.heap_rss_per_replica_bytes is not None:
+                peak[op.name] = max(peak.get(op.name, 0), op.heap_rss_per_replica_bytes)
+    return peak
+
+
 def summarize(record: RunRecord) -> dict[str, Any]:
     """The figures a benchmark row needs (units in the keys; missing means not measured).
 
@@ -162,10 +172,8 @@ def summarize(record: RunRecord) -> dict[str, Any]:
         for op in (e.snapshots[-1].operators if e.snapshots else ()):
             if op.config.kind != "other":
                 failed[op.name] = failed.get(op.name, 0) + op.tasks_failed
-        for s in e.snapshots:
-            for op in s.operators:
-                if op.heap_rss_per_replica_bytes is not None:
-                    peak_rss[op.name] = max(peak_rss.get(op.name, 0), op.heap_rss_per_replica_bytes)
+        for name, rss in peak_heap_rss_per_replica(e.snapshots).items():
+            peak_rss[name] = max(peak_rss.get(name, 0), rss)
     actions = [a for e in record.executions for a in e.actions]
     events = [ev for e in record.executions for ev in e.events] + list(record.events)
     out: dict[str, Any] = {

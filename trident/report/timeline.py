@@ -1,7 +1,7 @@
 """A run record as text for a terminal: summary, per-operator timeline, every decision with its reason."""
 from __future__ import annotations
 
-from trident.report.record import ExecutionRecord, RunRecord, summarize
+from trident.report.record import ExecutionRecord, RunRecord, peak_heap_rss_per_replica, summarize
 
 
 def _bytes(n: int | None) -> str:
@@ -35,13 +35,14 @@ def format_execution(e: ExecutionRecord, *, max_timeline_rows: int = 30, name_wi
     lines = [head + f", trident on the executor thread {e.shim_time_s * 1e3:.0f} ms"]
     if e.snapshots:
         last = e.snapshots[-1]
+        peak = peak_heap_rss_per_replica(e.snapshots)
         lines.append(f"  {'operator':<{name_width}} {'kind':<6} {'rows out':>9} {'replicas':>8} {'batch':>6} "
-                     f"{'gpus':>5} {'failed':>6} {'rss/replica':>11}")
+                     f"{'gpus':>5} {'failed':>6} {'peak rss/replica':>16}")
         for op in last.operators:
             c = op.config
             lines.append(f"  {_short(op.name, name_width):<{name_width}} {c.kind:<6} {op.rows_out_total:>9} "
                          f"{'-' if c.replicas is None else c.replicas:>8} {'-' if c.batch_size is None else c.batch_size:>6} "
-                         f"{c.num_gpus:>5g} {op.tasks_failed:>6} {_bytes(op.heap_rss_per_replica_bytes):>11}")
+                         f"{c.num_gpus:>5g} {op.tasks_failed:>6} {_bytes(peak.get(op.name)):>16}")
         ops = [op.name for op in last.operators if op.config.kind != "other"]
         lines.append("  timeline (rows/s, replicas in brackets):")
         lines.append("    " + f"{'t [s]':>7}  " + "  ".join(f"{_short(n, 18):>18}" for n in ops))

@@ -5,13 +5,19 @@ Examples::
     trident simulate --trace alibaba-2023 --policy fifo
     trident simulate --trace philly-gavel --load 4 --compare fifo,sjf,srtf/eager,tiresias/eager,gavel
     trident simulate --trace helios:/data/helios/cluster_log.csv --policy tiresias --preemption eager
+
+The results (a JSON table and a PNG plot) are written to --out (default:
+./trident-results/); their paths are printed.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from trident.errors import TridentError
+from trident.cli_args import integer, number, output_dir, silence_solver_banner
+from trident.errors import ConfigError
+
+DEFAULT_OUT = "trident-results"
 
 _COLUMNS = [("policy", "policy", "{}"), ("avg_jct_s", "avg JCT s", "{:.0f}"), ("p50_jct_s", "p50 JCT s", "{:.0f}"),
             ("p99_jct_s", "p99 JCT s", "{:.0f}"), ("avg_queue_s", "avg queue s", "{:.0f}"),
@@ -31,18 +37,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compare", default=None,
                         help="comma-separated POLICY[/PREEMPTOR[/PLACER]] entries run side by side; "
                              "writes JSON and PNG under --out")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--load", type=float, default=1.0, help="arrival-rate multiplier (2 = twice as fast)")
-    parser.add_argument("--cluster-fraction", type=float, default=1.0,
+    parser.add_argument("--seed", type=integer(0), default=0, help="random seed (setup times, resampling)")
+    parser.add_argument("--load", type=number(above=0), default=1.0,
+                        help="arrival-rate multiplier (2 = twice as fast)")
+    parser.add_argument("--cluster-fraction", type=number(above=0, at_most=1), default=1.0,
                         help="keep this fraction of each GPU model's nodes (more contention)")
-    parser.add_argument("--jobs", type=int, default=0, help="resample the trace to this many jobs (0 = as is)")
-    parser.add_argument("--setup", choices=("lognormal", "fixed", "none"), default="lognormal")
-    parser.add_argument("--setup-median-s", type=float, default=300.0)
-    parser.add_argument("--setup-p95-s", type=float, default=1500.0)
-    parser.add_argument("--restore-s", type=float, default=30.0, help="extra setup after a preemption")
+    parser.add_argument("--jobs", type=integer(0), default=0, help="resample the trace to this many jobs (0 = as is)")
+    parser.add_argument("--setup", choices=("lognormal", "fixed", "none"), default="lognormal",
+                        help="distribution of a job's setup time per (re)start")
+    parser.add_argument("--setup-median-s", type=number(at_least=0), default=300.0, help="median setup time, s")
+    parser.add_argument("--setup-p95-s", type=number(at_least=0), default=1500.0,
+                        help="95th percentile of the setup time, s (lognormal)")
+    parser.add_argument("--restore-s", type=number(at_least=0), default=30.0,
+                        help="extra setup after a preemption, s")
     parser.add_argument("--skip-bad", action="store_true", help="skip and count malformed trace rows")
-    parser.add_argument("--out", default=None, help="results folder (default with --compare: benchmarks/results)")
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--out", default=DEFAULT_OUT,
+                        help="folder the results (JSON table, PNG plot) are written to")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def _entries(args: argparse.Namespace) -> list:
+    """The contenders, every name checked against the registries."""
+    import trident.sched  # noqa: F401  (registers the built-in plug-ins)
+    from trident.sched.base import JOB_POLICIES, PLACERS, PREEMPTORS
+    from trident.sim.compare import Entry
+
+    if args.compare is not None:
+        texts = args.compare.split(",")
+        if not all(t.strip() for t in texts):
+            raise ConfigError("--compare", args.compare, "comma-separated POLICY[/PREEMPTOR[/PLACER]] entries, "
+                                                         "none empty")
+        entries = [Entry.parse(t) for t in texts]
+        if args.placer:
+            entries = [Entry(e.policy, e.preemptor, e.placer or args.placer) for e in entries]
+    else:
+        entries = [Entry(args.policy, None if args.preemption == "none" else args.preemption, args.placer)]
+    for e in entries:
+        JOB_POLICIES.get(e.policy)
+        if e.preemptor:
+            PREEMPTORS.get(e.preemptor)
+        if e.placer:
+            PLACERS.get(e.placer)
+    return entries
 
 
 def _table(rows: list[dict]) -> str:
@@ -61,51 +97,43 @@ def main(args: argparse.Namespace) -> int:
     from trident.sim.engine import EngineConfig, SetupModel
     from trident.sim.traces import load_trace, resample, scale_cluster, scale_load
 
-    try:
-        trace = load_trace(args.trace, skip_bad=args.skip_bad)
-        jobs = resample(trace, args.jobs, seed=args.seed) if args.jobs else trace.jobs
-        jobs = scale_load(jobs, args.load)
-        nodes = scale_cluster(trace.nodes, args.cluster_fraction) if args.cluster_fraction != 1 else trace.nodes
-        config = EngineConfig(seed=args.seed, restore_s=args.restore_s,
-                              setup=SetupModel(kind=args.setup, median_s=args.setup_median_s,
-                                               p95_s=args.setup_p95_s))
-        if args.compare:
-            entries = [Entry.parse(t) for t in args.compare.split(",") if t.strip()]
-        else:
-            pre = None if args.preemption == "none" else args.preemption
-            entries = [Entry(args.policy, pre, args.placer)]
-        if args.placer and args.compare:
-            entries = [Entry(e.policy, e.preemptor, e.placer or args.placer) for e in entries]
+    entries = _entries(args)
+    if args.setup == "lognormal" and not args.setup_p95_s > args.setup_median_s > 0:
+        raise ConfigError("--setup-median-s/--setup-p95-s", (args.setup_median_s, args.setup_p95_s),
+                          "0 < median < p95 for --setup lognormal")
+    trace = load_trace(args.trace, skip_bad=args.skip_bad)
+    jobs = resample(trace, args.jobs, seed=args.seed) if args.jobs else trace.jobs
+    jobs = scale_load(jobs, args.load)
+    nodes = scale_cluster(trace.nodes, args.cluster_fraction) if args.cluster_fraction != 1 else trace.nodes
+    config = EngineConfig(seed=args.seed, restore_s=args.restore_s,
+                          setup=SetupModel(kind=args.setup, median_s=args.setup_median_s, p95_s=args.setup_p95_s))
+    out = output_dir(args.out, "--out")  # checked before the (long) replay, not after
 
-        def progress_factory(entry: Entry, total: int):
-            if args.no_progress:
-                return None
-            from tqdm import tqdm
+    def progress_factory(entry: Entry, total: int):
+        if args.no_progress:
+            return None
+        from tqdm import tqdm
 
-            bar = tqdm(total=total, desc=entry.label, unit="job", leave=False, file=sys.stderr)
+        bar = tqdm(total=total, desc=entry.label, unit="job", leave=False, file=sys.stderr)
 
-            def update(done: int, _total: int) -> None:
-                bar.update(done - bar.n)
-                if done >= _total:
-                    bar.close()
-            return update
+        def update(done: int, _total: int) -> None:
+            bar.update(done - bar.n)
+            if done >= _total:
+                bar.close()
+        return update
 
-        print(f"trace {trace.name}: {len(jobs)} jobs, {len(nodes)} nodes, "
-              f"{sum(n.num_gpus for n in nodes)} GPUs; load x{args.load:g}; seed {args.seed}"
-              + (f"; skipped {trace.skipped_rows} malformed rows" if trace.skipped_rows else "")
-              + (f"; excluded {trace.excluded}" if trace.excluded else ""))
-        rows, results = compare(entries, nodes, jobs, config, progress_factory=progress_factory)
-    except TridentError as exc:
-        print(f"trident simulate: {exc}", file=sys.stderr)
-        return 2
+    print(f"trace {trace.name}: {len(jobs)} jobs, {len(nodes)} nodes, "
+          f"{sum(n.num_gpus for n in nodes)} GPUs; load x{args.load:g}; seed {args.seed}"
+          + (f"; skipped {trace.skipped_rows} malformed rows" if trace.skipped_rows else "")
+          + (f"; excluded {trace.excluded}" if trace.excluded else ""))
+    silence_solver_banner()
+    rows, results = compare(entries, nodes, jobs, config, progress_factory=progress_factory)
     print(_table(rows))
-    out = args.out or ("benchmarks/results" if args.compare else None)
-    if out:
-        workload = {"name": args.trace, "seed": args.seed, "load": args.load,
-                    "cluster_fraction": args.cluster_fraction, "jobs": len(jobs),
-                    "setup": {"kind": args.setup, "median_s": args.setup_median_s, "p95_s": args.setup_p95_s},
-                    "restore_s": args.restore_s}
-        stem = "simulate-" + args.trace.split(":")[0] + f"-load{args.load:g}-seed{args.seed}"
-        json_path, png_path = write(result_document(rows, workload=workload), results, out, stem)
-        print(f"wrote {json_path} and {png_path}")
+    workload = {"name": args.trace, "seed": args.seed, "load": args.load,
+                "cluster_fraction": args.cluster_fraction, "jobs": len(jobs),
+                "setup": {"kind": args.setup, "median_s": args.setup_median_s, "p95_s": args.setup_p95_s},
+                "restore_s": args.restore_s}
+    stem = "simulate-" + args.trace.split(":")[0] + f"-load{args.load:g}-seed{args.seed}"
+    json_path, png_path = write(result_document(rows, workload=workload), results, out, stem)
+    print(f"wrote {json_path} and {png_path}")
     return 0

@@ -62,7 +62,7 @@ class _Rows:
         """Rows as dicts. ``columns`` names a header-less file's columns; a first line equal
         to them is taken as a header and skipped."""
         if not self.path.is_file():
-            raise TraceFormatError(str(self.path), 0, "file not found")
+            raise TraceFormatError(str(self.path), 0, "trace file not found")
         with open(self.path, newline="", encoding="utf-8-sig") as f:
             reader = csv.reader(f, delimiter=delimiter)
             header = list(columns) if columns is not None else None
@@ -98,6 +98,13 @@ class _Bad(Exception):
     """A problem with one row (turned into a TraceFormatError with file and line)."""
 
 
+def _existing(path: Path, what: str = "trace file") -> Path:
+    """``path`` if it exists, else a TraceFormatError saying the trace itself is missing."""
+    if not path.exists():
+        raise TraceFormatError(str(path), 0, f"{what} not found")
+    return path
+
+
 def _finish(name: str, jobs: list[Job], nodes: Sequence[Node], rows: _Rows) -> Trace:
     if not jobs:
         raise TraceFormatError(str(rows.path), 0, "no replayable jobs in the trace")
@@ -108,9 +115,25 @@ def _finish(name: str, jobs: list[Job], nodes: Sequence[Node], rows: _Rows) -> T
                  excluded=dict(rows.excluded))
 
 
+MAX_NODES = 100_000
+"""More nodes than this in a trace is a malformed row (a replay would not fit in memory)."""
+MAX_GPUS_PER_NODE = 256
+"""More devices than this on one node is a malformed row."""
+MAX_JOB_GPUS = 1_000_000
+
+
 def _gpus(value: float) -> float:
     """A GPU demand as the schema wants it: a fraction below one, else whole GPUs (rounded up)."""
+    if value > MAX_JOB_GPUS:
+        raise _Bad(f"a job asking for {value:g} GPUs (more than {MAX_JOB_GPUS})")
     return value if value < 1 else float(math.ceil(value - 1e-9))
+
+
+def _node_gpus(value: float, col: str) -> int:
+    """A node's device count: a whole number in [0, MAX_GPUS_PER_NODE]."""
+    if not (0 <= value <= MAX_GPUS_PER_NODE and float(value).is_integer()):
+        raise _Bad(f"{col}={value:g} is not a whole number of GPUs in [0, {MAX_GPUS_PER_NODE}]")
+    return int(value)
 
 
 # --- Alibaba GPU 2023 (openb) ------------------------------------------------------------------
@@ -127,16 +150,14 @@ def load_alibaba_2023(path: str | Path, *, skip_bad: bool = False) -> Trace:
     below 1000), else ``num_gpu``; ``gpu_spec`` lists the allowed models.
     CPU-only pods and pods never scheduled are excluded.
     """
-    path = Path(path)
-    pods_path = path / "pods.csv" if path.is_dir() else path
+    path = _existing(Path(path))
+    pods_path = _existing(path / "pods.csv" if path.is_dir() else path)
     nodes_path = pods_path.parent / "nodes.csv"
     nrows = _Rows(nodes_path, skip_bad)
     nodes = []
     for line, row in nrows.read(required=("sn", "cpu_milli", "memory_mib", "gpu", "model")):
         try:
-            gpus = nrows.num(line, row, "gpu")
-            if gpus < 0 or not gpus.is_integer():
-                raise _Bad(f"gpu={row['gpu']!r} is not a whole number >= 0")
+            gpus = _node_gpus(nrows.num(line, row, "gpu"), "gpu")
             if gpus > 0 and not row["model"].strip():
                 raise _Bad("a node with GPUs has no model")
             nodes.append(Node(node_id=row["sn"], gpu_model=row["model"].strip(), num_gpus=int(gpus),
@@ -191,6 +212,39 @@ def _find_beside(path: Path, name: str) -> Path | None:
     return None
 
 
+def _gavel_throughputs(tp: Path) -> dict[tuple[str, int], dict[str, float]]:
+    """(job type, scale factor) -> steps/s per GPU model, from ``simulation_throughputs.json``:
+    ``{model: {"('<job type>', <scale factor>)": {"null": steps/s, ...}}}``."""
+    text = tp.read_text()
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceFormatError(str(tp), exc.lineno, f"invalid JSON: {exc.msg}") from None
+
+    def bad(key: object, problem: str) -> TraceFormatError:
+        at = text.find(json.dumps(key)) if isinstance(key, str) else -1
+        return TraceFormatError(str(tp), 1 + text[:at].count("\n") if at >= 0 else 1, problem)
+
+    if not isinstance(raw, dict):
+        raise bad(None, "expected an object {gpu model: {\"('job type', scale)\": {\"null\": steps/s}}}")
+    table: dict[tuple[str, int], dict[str, float]] = {}
+    for model in GAVEL_MODELS:
+        entries = raw.get(model, {})
+        if not isinstance(entries, dict):
+            raise bad(model, f"{model!r} must map \"('job type', scale)\" keys to throughputs")
+        for key, entry in entries.items():
+            try:
+                job_type, sf = ast.literal_eval(key)
+                isolated = float(entry["null"] if isinstance(entry, dict) else entry)
+                if not isinstance(job_type, str) or isinstance(sf, bool) or not isinstance(sf, int) or sf < 1:
+                    raise ValueError
+            except (ValueError, TypeError, KeyError, SyntaxError, MemoryError, RecursionError):
+                raise bad(key, f"{model}: {key!r} is not \"('job type', scale >= 1)\" with a steps/s number") from None
+            if math.isfinite(isolated) and isolated > 0:
+                table.setdefault((job_type, sf), {})[model] = isolated
+    return table
+
+
 def load_philly_gavel(path: str | Path, *, throughputs_path: str | Path | None = None,
                       cluster_spec: str = "36:36:36", gpus_per_node: int = 4,
                       skip_bad: bool = False) -> Trace:
@@ -203,22 +257,12 @@ def load_philly_gavel(path: str | Path, *, throughputs_path: str | Path | None =
     ``speed_by_model`` = steps/s on each model over steps/s on v100.
     ``cluster_spec`` = GPU counts ``"v100:p100:k80"``, in nodes of ``gpus_per_node``.
     """
-    path = Path(path)
+    path = _existing(Path(path))
     tp = Path(throughputs_path) if throughputs_path else _find_beside(path, "simulation_throughputs.json")
     if tp is None:
-        raise TraceFormatError(str(path), 0, "simulation_throughputs.json not found beside the trace; "
-                                             "pass throughputs_path")
-    try:
-        raw = json.loads(tp.read_text())
-    except json.JSONDecodeError as exc:
-        raise TraceFormatError(str(tp), exc.lineno, f"invalid JSON: {exc.msg}") from None
-    table: dict[tuple[str, int], dict[str, float]] = {}
-    for model in GAVEL_MODELS:
-        for key, entry in raw.get(model, {}).items():
-            job_type, sf = ast.literal_eval(key)
-            isolated = entry["null"] if isinstance(entry, dict) else float(entry)
-            if isolated > 0:
-                table.setdefault((job_type, int(sf)), {})[model] = float(isolated)
+        raise TraceFormatError(str(path), 0, "simulation_throughputs.json (Gavel's measured throughputs) not "
+                                             "found in the trace's folder or the folder above it")
+    table = _gavel_throughputs(_existing(tp, "throughputs file"))
     try:
         counts = [int(c) for c in cluster_spec.split(":")]
     except ValueError:
@@ -237,6 +281,8 @@ def load_philly_gavel(path: str | Path, *, throughputs_path: str | Path | None =
     cols = ("job_type", "command", "steps_arg", "needs_data", "total_steps", "arrival_time", "scale_factor")
     for line, row in rows.read(columns=cols, delimiter="\t"):
         try:
+            if row["needs_data"].strip() not in ("0", "1", "True", "False"):
+                raise _Bad(f"needs_data={row['needs_data']!r} is not 0 or 1")
             steps = rows.num(line, row, "total_steps")
             sf = int(rows.num(line, row, "scale_factor"))
             if steps <= 0 or sf < 1:
@@ -296,24 +342,27 @@ def load_tiresias(path: str | Path, *, cluster_spec_path: str | Path | None = No
     """A Tiresias job CSV (job_id, num_gpu, submit_time, iterations, model_name, duration, interval)
     with its cluster spec (num_switch, num_node_p_switch, num_gpu_p_node, num_cpu_p_node,
     mem_p_node in GB; ``cluster_spec.csv`` beside the file unless given)."""
-    path = Path(path)
+    path = _existing(Path(path))
     spec_path = Path(cluster_spec_path) if cluster_spec_path else _find_beside(path, "cluster_spec.csv")
     if spec_path is None:
-        raise TraceFormatError(str(path), 0, "cluster_spec.csv not found beside the trace; pass cluster_spec_path")
+        raise TraceFormatError(str(path), 0, "cluster_spec.csv (the cluster's shape) not found in the trace's "
+                                             "folder or the folder above it")
     srows = _Rows(spec_path, False)
     spec = next((r for r in srows.read(required=("num_switch", "num_node_p_switch", "num_gpu_p_node"))), None)
     if spec is None:
         raise TraceFormatError(str(spec_path), 1, "no cluster spec row")
     line, s = spec
     try:
-        n = int(srows.num(line, s, "num_switch") * srows.num(line, s, "num_node_p_switch"))
-        g = int(srows.num(line, s, "num_gpu_p_node"))
+        n = srows.num(line, s, "num_switch") * srows.num(line, s, "num_node_p_switch")
+        if not (0 < n <= MAX_NODES and float(n).is_integer()):
+            raise _Bad(f"num_switch x num_node_p_switch = {n:g} is not a whole number of nodes in [1, {MAX_NODES}]")
+        g = _node_gpus(srows.num(line, s, "num_gpu_p_node"), "num_gpu_p_node")
         cpus = srows.num(line, s, "num_cpu_p_node", default=0.0)
         mem = srows.num(line, s, "mem_p_node", default=0.0) * 1024
-    except _Bad as exc:
+        nodes = [Node(node_id=f"node-{k}", gpu_model=gpu_model, num_gpus=g, cpus=cpus, memory_mib=mem)
+                 for k in range(int(n))]
+    except (_Bad, ConfigError) as exc:
         raise TraceFormatError(str(spec_path), line, str(exc)) from None
-    nodes = [Node(node_id=f"node-{k}", gpu_model=gpu_model, num_gpus=g, cpus=cpus, memory_mib=mem)
-             for k in range(n)]
     rows = _Rows(path, skip_bad)
     jobs = []
     for line, row in rows.read(required=("job_id", "num_gpu", "submit_time", "duration")):
@@ -347,7 +396,7 @@ def load_philly(path: str | Path, *, gpu_model: str = "philly", skip_bad: bool =
     path = Path(path)
     rows = _Rows(path, skip_bad)
     if not path.is_file():
-        raise TraceFormatError(str(path), 0, "file not found")
+        raise TraceFormatError(str(path), 0, "trace file not found")
     try:
         entries = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
@@ -365,6 +414,7 @@ def load_philly(path: str | Path, *, gpu_model: str = "philly", skip_bad: bool =
                 raise _Bad("submitted_time is missing")
             run_s = 0.0
             gpus = 0
+            seen: dict[str, int] = {}
             for a_index, attempt in enumerate(e["attempts"]):
                 start, end = _parse_time(attempt.get("start_time")), _parse_time(attempt.get("end_time"))
                 if start is not None and end is not None:
@@ -376,16 +426,21 @@ def load_philly(path: str | Path, *, gpu_model: str = "philly", skip_bad: bool =
                     if a_index == 0:
                         gpus += len(ids)
                     if ids:
-                        machines[d["ip"]] = max(machines.get(d["ip"], 0), max(ids) + 1)
+                        ip = str(d["ip"])
+                        seen[ip] = max(seen.get(ip, 0), _node_gpus(max(ids) + 1, "gpu index + 1"))
+                        if min(ids) < 0:
+                            raise _Bad(f"gpu index {min(ids)} is negative")
             if gpus == 0:
                 rows.exclude("no_gpus")
                 continue
             if run_s <= 0:
                 rows.exclude("never_ran")
                 continue
-            jobs.append(Job(job_id=str(e["jobid"]), arrival_s=submitted, duration_s=run_s, num_gpus=float(gpus),
+            jobs.append(Job(job_id=str(e["jobid"]), arrival_s=submitted, duration_s=run_s, num_gpus=_gpus(gpus),
                             user=str(e.get("user", "")), vc=str(e.get("vc", "")), status=str(e.get("status", ""))))
-        except (_Bad, ConfigError, ValueError, TypeError, KeyError) as exc:
+            for ip, g in seen.items():
+                machines[ip] = max(machines.get(ip, 0), g)
+        except (_Bad, ConfigError, ValueError, TypeError, KeyError, AttributeError) as exc:
             rows.bad(k, str(exc))
     nodes = [Node(node_id=ip, gpu_model=gpu_model, num_gpus=g) for ip, g in sorted(machines.items())]
     return _finish("philly", jobs, nodes, rows)
@@ -441,29 +496,29 @@ def load_pai_2020(path: str | Path, *, skip_bad: bool = False) -> Trace:
     a header line). A job's GPUs = sum over its tasks of inst_num x plan_gpu / 100;
     arrival = the job's start_time (submission); duration = last task end - first task
     start; allowed models = its tasks' gpu_type (MISC or empty = any)."""
-    folder = Path(path)
+    folder = _existing(Path(path), "trace folder")
     if folder.is_file():
         folder = folder.parent
     mrows = _Rows(folder / "pai_machine_spec.csv", skip_bad)
     nodes = []
     for line, row in mrows.read(columns=PAI_MACHINE_COLUMNS):
         try:
-            gpus = mrows.num(line, row, "cap_gpu", default=0.0)
+            gpus = _node_gpus(math.floor(mrows.num(line, row, "cap_gpu", default=0.0)), "cap_gpu")
             if gpus > 0:
-                nodes.append(Node(node_id=row["machine"], gpu_model=row["gpu_type"], num_gpus=int(gpus),
+                nodes.append(Node(node_id=row["machine"], gpu_model=row["gpu_type"], num_gpus=gpus,
                                   cpus=mrows.num(line, row, "cap_cpu", default=0.0),
                                   memory_mib=mrows.num(line, row, "cap_mem", default=0.0) * 1024))
         except (_Bad, ConfigError) as exc:
             mrows.bad(line, str(exc))
     jrows = _Rows(folder / "pai_job_table.csv", skip_bad)
-    submitted: dict[str, tuple[float, str, str]] = {}
+    submitted: dict[str, tuple[float, str, str, int]] = {}
     for line, row in jrows.read(columns=PAI_JOB_COLUMNS):
         try:
             start = jrows.num(line, row, "start_time", default=math.nan)
             if math.isnan(start):
                 jrows.exclude("no_submit_time")
                 continue
-            submitted[row["job_name"]] = (start, row["user"], row["status"])
+            submitted[row["job_name"]] = (start, row["user"], row["status"], line)
         except _Bad as exc:
             jrows.bad(line, str(exc))
     trows = _Rows(folder / "pai_task_table.csv", skip_bad)
@@ -500,9 +555,12 @@ def load_pai_2020(path: str | Path, *, skip_bad: bool = False) -> Trace:
         if not end > start:
             trows.exclude("no_run_time")
             continue
-        arrival, user, status = submitted[name]
-        jobs.append(Job(job_id=name, arrival_s=arrival, duration_s=end - start, num_gpus=_gpus(gpus),
-                        gpu_models=tuple(sorted(models)), cpus=cpus, memory_mib=mem, user=user, status=status))
+        arrival, user, status, line = submitted[name]
+        try:  # the job's figures add up its tasks; a bad sum is reported at the job's own line
+            jobs.append(Job(job_id=name, arrival_s=arrival, duration_s=end - start, num_gpus=_gpus(gpus),
+                            gpu_models=tuple(sorted(models)), cpus=cpus, memory_mib=mem, user=user, status=status))
+        except (_Bad, ConfigError) as exc:
+            jrows.bad(line, f"job {name!r} (summed over its tasks): {exc}")
     trows.skipped += mrows.skipped + jrows.skipped
     for r in (mrows, jrows):
         for k, v in r.excluded.items():
