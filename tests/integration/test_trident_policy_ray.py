@@ -53,20 +53,24 @@ class _TypedModel:
         return batch
 
 
-def _quick(context=None):
-    """The trident policy with short windows, so a short test run can explore and plan."""
+def _quick(context=None, **settings):
+    """The trident policy with short windows, so a short test run can plan (and explore)."""
     return TridentPolicy(context=context, settings=TridentSettings(
-        rate_window_s=2.0, explore_windows=1, explore_min_remaining_s=0.0, min_dwell_s=4.0, dwell_cold_starts=1.0))
+        rate_window_s=2.0, min_dwell_s=4.0, dwell_cold_starts=1.0, **settings))
 
 
-_quick.name = "trident"
+def _exploring(context=None):
+    return _quick(context, explore_types=True, explore_windows=1, explore_min_remaining_s=0.0)
+
+
+_quick.name = _exploring.name = "trident"
 
 
 def test_a_gpu_pool_moves_to_the_accelerator_type_where_it_is_faster(cluster):
     rows_n = 6000
     ds = (ray.data.range(rows_n, override_num_blocks=rows_n // 20)
           .map_batches(_TypedModel, compute=ActorPoolStrategy(min_size=1, max_size=4), num_gpus=0.5, batch_size=20))
-    with trident.autoscale(policy=_quick, interval_s=0.5) as run:
+    with trident.autoscale(policy=_exploring, interval_s=0.5) as run:
         rows = ds.take_all()
     assert_each_id_once(rows, rows_n)
     (execution,) = run.executions

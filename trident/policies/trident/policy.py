@@ -87,6 +87,7 @@ class TridentPolicy:
         if self.observer.regime_changes != self._regimes_seen:
             self._regimes_seen = self.observer.regime_changes
             self.ceilings.clear()  # the data changed: what blocked a size may not block it now
+            self.bounds.clear()  # and until the planner has looked again, Ray's rule holds
         due = [tr for tr in self.tracks.values() if self.observer.fit_due(tr, snap.time_s)]
         if due:
             with single_threaded():
@@ -127,7 +128,7 @@ class TridentPolicy:
             return explored
         result = solve_placement(prob)
         if not result.changed:  # the allocation is settled: tune the bottleneck's batch size
-            self._bound(ops, {o.name: o.config.replicas for o in ops if o.config.kind == "actor"}, "the plan")
+            self._bound(ops, {o.name: o.config.replicas for o in ops if self._estimated(o, planning)}, "the plan")
             tuned = tuner.next_batch_size(snap, ops, prob, planning.rates, self.tracks, self.settings,
                                           self.context.seed)
             if tuned is not None:
@@ -153,7 +154,7 @@ class TridentPolicy:
         if not rollout.go:
             return Decision(time_s=now, reason=f"keep: {rollout.reason}", notes=tuple(notes) + (result.reason,),
                             kind="keep")
-        self._bound(ops, {o.name: result.allocation.replicas(o.name) for o in ops if o.config.kind == "actor"},
+        self._bound(ops, {o.name: result.allocation.replicas(o.name) for o in ops if self._estimated(o, planning)},
                     "the plan")
         # what the plan assumed of each operator's rate (rows out per busy replica-second)
         self.observer.assumed = {o.name: Assumed(key_of(o.config), planning.rates[o.name].rows_per_s * sel)
@@ -173,7 +174,7 @@ class TridentPolicy:
         """Pin GPU pools to accelerator types they were not measured on (see :mod:`.explore`),
         while enough work is left to use what is learnt."""
         left_s = problem.remaining_s(snap, prob, self.tracks)
-        if left_s is not None and left_s < self.settings.explore_min_remaining_s:
+        if not self.settings.explore_types or (left_s is not None and left_s < self.settings.explore_min_remaining_s):
             return None
         pins = explore.next_pins(snap, ops, self.tracks, windows=self.settings.explore_windows)
         if not pins:
@@ -214,12 +215,19 @@ class TridentPolicy:
                     and c.hi >= sp.min_replicas else sp for sp in prob.operators)
         return replace(prob, operators=ops)
 
-    def _bound(self, ops, floors: dict[str, int | None], why: str) -> None:
-        """The planned replicas become each pool's floor; the inner loop may add above it."""
+    @staticmethod
+    def _estimated(o, planning) -> bool:
+        """An actor pool the planner has a rate for (held pools stay with the inner loop)."""
+        return o.config.kind == "actor" and planning.rates[o.name].rows_per_s < problem.UNKNOWN_RATE
+
+    def _bound(self, ops, planned: dict[str, int | None], why: str) -> None:
+        """A planned pool is held at its planned size: the inner loop moves only pools the planner
+        has no estimate for, until their data changes (the planner looks again at once then)."""
         for o in ops:
-            n = floors.get(o.name)
+            n = planned.get(o.name)
             if n is not None:
-                self.bounds[o.name] = Bounds(lo=max(n, o.config.min_replicas), hi=o.config.max_replicas, why=why)
+                n = max(n, o.config.min_replicas)
+                self.bounds[o.name] = Bounds(lo=n, hi=n, why=why)
 
     # --- rollout phases ------------------------------------------------------------------------
 

@@ -53,6 +53,10 @@ class TridentSettings:
     rollout_timeout_s: float = 120.0
     """Most seconds a rollout phase waits, whatever moves."""
     # --- accelerator types -----------------------------------------------------------------------
+    explore_types: bool = False
+    """Pin unpinned GPU pools to each accelerator type in turn to measure them there (off by
+    default: on the scenario suite a rolling update per type cost more than it gained while
+    other pools competed for the same type)."""
     explore_windows: int = 2
     """Rate windows a GPU pool needs on each accelerator type before the planner chooses its type."""
     explore_min_remaining_s: float = 90.0
