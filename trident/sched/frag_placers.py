@@ -104,6 +104,22 @@ class Typical:
     models: np.ndarray  # (T, n_models) bool
     freq: np.ndarray
 
+    def groups(self):
+        """Shapes grouped by GPU request: (milli, num, model mask, sorted CPU requests,
+        cumulative frequency by CPU request with a leading 0)."""
+        if not hasattr(self, "_groups"):
+            keys: dict[tuple, list[int]] = {}
+            for i in range(len(self.freq)):
+                keys.setdefault((int(self.milli[i]), int(self.num[i]), self.models[i].tobytes()), []).append(i)
+            out = []
+            for (milli, num, _), idx in keys.items():
+                order = np.argsort(self.cpu[idx], kind="stable")
+                cpu_sorted = self.cpu[idx][order]
+                out.append((milli, num, self.models[idx[0]], cpu_sorted,
+                            np.concatenate([[0.0], np.cumsum(self.freq[idx][order])])))
+            object.__setattr__(self, "_groups", out)
+        return self._groups
+
 
 def typical_pods(pods: list[PodShape], n_models: int, *, popularity: float = 0.95, step: int = 1) -> Typical:
     """The most frequent pod shapes (CPU-only ones included) covering ``popularity`` of all
@@ -134,15 +150,22 @@ def typical_pods(pods: list[PodShape], n_models: int, *, popularity: float = 0.9
 
 
 def fragmentation(gpu: np.ndarray, cpu: np.ndarray, model: np.ndarray, typ: Typical) -> np.ndarray:
-    """Expected fragmented milli-GPU of each node (rows of ``gpu``) under the typical pods."""
+    """Expected fragmented milli-GPU of each node (rows of ``gpu``) under the typical pods.
+
+    A typical pod without GPUs counts all free GPU milli (it can use none of them)."""
     free = np.clip(gpu, 0, None)                                  # (M, G)
-    total = free.sum(axis=1)                                      # (M,)
-    fits = free[None, :, :] >= typ.milli[:, None, None]           # (T, M, G)
-    hostable = (fits.sum(axis=2) >= typ.num[:, None]) & (cpu[None, :] >= typ.cpu[:, None]) \
-        & typ.models[:, model]                                    # (T, M)
-    small = (free[None, :, :] * ~fits).sum(axis=2)                # free milli on GPUs too small for t
-    per_t = np.where(hostable, small, total[None, :])
-    return typ.freq @ per_t
+    total = free.sum(axis=1).astype(float)                        # (M,)
+    out = total * typ.freq.sum()
+    for milli, num, models, cpu_sorted, cum_freq in typ.groups():
+        if milli == 0:
+            continue
+        fits = free >= milli
+        ok = (fits.sum(axis=1) >= num) & models[model]
+        # frequency of the group's shapes whose CPU request the node still has
+        weight = cum_freq[np.searchsorted(cpu_sorted, cpu, side="right")]
+        small = (free * ~fits).sum(axis=1)
+        out -= np.where(ok, weight * (total - small), 0.0)
+    return out
 
 
 def _exclusive(gpu_row: np.ndarray, num: int) -> tuple[int, ...]:
