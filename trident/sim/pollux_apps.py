@@ -176,3 +176,15 @@ def application(name: str, models_dir: str | None = None) -> Application:
     base = Path(models_dir) if models_dir else Path(str(resources.files("trident.sim").joinpath(
         "data", "pollux", "models")))
     return Application(name, base / name, **APP_SETTINGS[name])
+
+
+def isolated_run_s(name: str, num_replicas: int, batch_size: int, gpus_per_node: int = 4) -> float:
+    """Seconds a job of application ``name`` needs on ``num_replicas`` GPUs packed on full
+    nodes at total batch ``batch_size``, from start to its last epoch (no restarts)."""
+    app = application(name)
+    if num_replicas < 1:
+        raise ConfigError("num_replicas", num_replicas, "an integer >= 1")
+    lb = app.local_batch(batch_size, num_replicas)
+    step_s = app.iteration_s(packed_placement(num_replicas, gpus_per_node), lb)
+    bs, p = lb.batch_size(num_replicas), app.progress_by_epoch
+    return float(sum((p[e + 1] - p[e]) * step_s / app.gain(bs, e) for e in range(app.max_epochs)))
