@@ -3,7 +3,7 @@
     python benchmarks/fgd_allocation.py [--data ../shared/data/traces/alibaba-gpu-2023/fgd]
         [--lists default,cpu050,...] [--seeds 42-51] [--fgd-seeds 42-44] [--out benchmarks/results]
 
-Writes ``fgd_allocation.json`` (RESULTS.md shape; a row per pod list and placer with the mean
+Writes ``<stem>.json`` (default ``fgd_allocation.json``) (RESULTS.md shape; a row per pod list and placer with the mean
 allocation ratio at 100 % arrived GPU demand and the published one) and
 ``fgd_allocation_<list>.png`` (allocation-ratio curves).
 """
@@ -30,6 +30,7 @@ def main() -> int:
     ap.add_argument("--seeds", default="42-51")
     ap.add_argument("--fgd-seeds", default="42-44", help="seeds for the (slower) fgd placer")
     ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--stem", default="fgd_allocation", help="name of the JSON written under --out")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -47,7 +48,7 @@ def main() -> int:
         plot(curves_all, out / f"fgd_allocation_{name}.png", f"openb_pod_list_{name}")
         doc = result_document(rows, workload={"name": "openb-allocation", "seed": args.seeds, "tune_ratio": 1.3,
                                               "fgd_seeds": args.fgd_seeds}, benchmark="fgd_allocation")
-        (out / "fgd_allocation.json").write_text(json.dumps(doc, indent=2) + "\n")
+        (out / f"{args.stem}.json").write_text(json.dumps(doc, indent=2) + "\n")
     return 0
 
 
