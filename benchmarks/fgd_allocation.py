@@ -39,7 +39,7 @@ def main() -> int:
         pods = Path(args.data) / f"openb_pod_list_{name}.csv"
         curves_all = {}
         for placer in args.placers.split(","):
-            seeds = parse_seeds(args.fgd_seeds if placer == "fgd" else args.seeds)
+            seeds = parse_seeds(args.fgd_seeds if placer.startswith("fgd") else args.seeds)
             r, curves = experiment(pods, [placer], seeds, log=lambda m: print(m, flush=True))
             for row in r:
                 row["pod_list"] = name

@@ -14,7 +14,9 @@ plugins return them; ties are broken at random) and picks the devices on the nod
 - ``gpu-clustering``: nodes already holding pods of the same GPU shape first;
 - ``gpu-packing``: shared GPUs first, then used nodes, then empty nodes;
 - ``best-fit``: the least (CPU, GPU) left over, equally weighted;
-- ``fgd``: the least growth of the node's expected GPU fragmentation (below).
+- ``fgd``: the least growth of the node's expected GPU fragmentation (below);
+- ``fgd-bestfit`` (ours): FGD's score, ties (frequent: scores are whole numbers) broken
+  by best fit instead of at random.
 
 Fragmentation of a node for a *typical* pod ``t`` (one of the most frequent pod shapes, with
 frequency ``f_t``): if the node cannot host ``t`` (too few fitting GPUs, too few CPUs, or
@@ -32,7 +34,7 @@ from trident.errors import ConfigError
 MILLI = 1000
 MAX_CPU_MILLI = 128_000
 MAX_GPU_MILLI = 8_000
-PLACERS = ("random", "dotprod", "gpu-clustering", "gpu-packing", "best-fit", "fgd")
+PLACERS = ("random", "dotprod", "gpu-clustering", "gpu-packing", "best-fit", "fgd", "fgd-bestfit")
 TAGS = ("share", "1", "2", "4", "8", "other")
 
 
@@ -184,7 +186,7 @@ class FragPlacer:
     def __init__(self, name: str, typical: Typical | None = None) -> None:
         if name not in PLACERS:
             raise ConfigError("placer", name, f"one of {PLACERS}")
-        if name == "fgd" and typical is None:
+        if name.startswith("fgd") and typical is None:
             raise ConfigError("typical", None, "typical pods for the fgd placer")
         self.name = name
         self.typical = typical
@@ -252,6 +254,10 @@ class FragPlacer:
         left = 0.5 * (nodes.cpu[idx] - pod.cpu_milli) / MAX_CPU_MILLI \
             + 0.5 * (nodes.gpu_left(idx) - pod.total_gpu_milli) / MAX_GPU_MILLI
         return ((1.0 - left) * MAX_SCORE).astype(np.int64), None
+
+    def _fgd_bestfit(self, nodes, pod, idx, rng):
+        score, dev = self._fgd(nodes, pod, idx, rng)
+        return score * (MAX_SCORE + 1) + self._best_fit(nodes, pod, idx, rng)[0], dev
 
     def _fgd(self, nodes, pod, idx, rng):
         typ = self.typical

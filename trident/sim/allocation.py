@@ -115,7 +115,7 @@ def run(cluster: Cluster, pods: list[PodShape], placer: str, *, seed: int, ratio
     rng = np.random.default_rng(seed)
     seq = tune(pods, cluster, ratio, rng)
     nodes = NodeArrays(cluster.cpu_milli, cluster.memory_mib, cluster.num_gpus, cluster.model_idx)
-    fp = FragPlacer(placer, typical_pods(seq, len(cluster.models)) if placer == "fgd" else None)
+    fp = FragPlacer(placer, typical_pods(seq, len(cluster.models)) if placer.startswith("fgd") else None)
     total = cluster.total_gpu_milli
     curve = np.full(max_pct + 1, np.nan)
     curve[0] = 0.0
