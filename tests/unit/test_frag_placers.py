@@ -85,3 +85,25 @@ def test_allocation_curve_never_exceeds_arrived_demand():
         # recorded after the pod that crossed the percent: at most one pod (2 of 24 GPUs) above it
         assert (np.diff(y) >= -1e-9).all() and (y <= np.arange(len(y)) + 1 + 100 * 2 / 24).all()
         assert y[-1] > 50
+
+
+def test_cli_allocation_experiment_writes_json_and_plot(tmp_path):
+    import json
+
+    from trident.cli import main
+
+    (tmp_path / "nodes.csv").write_text("sn,cpu_milli,memory_mib,gpu,model\n"
+                                        + "".join(f"n{i},32000,131072,4,T4\n" for i in range(4)))
+    rows = ["name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
+            "scheduled_time"]
+    rows += [f"p{i},4000,8192,1,{500 if i % 2 else 1000},,LS,Running,{i},100,{i}" for i in range(12)]
+    (tmp_path / "pods.csv").write_text("\n".join(rows) + "\n")
+    rc = main(["simulate", "--experiment", "allocation", "--trace", f"alibaba-fgd:{tmp_path / 'pods.csv'}",
+               "--nodes", str(tmp_path / "nodes.csv"), "--placer", "fgd,best-fit", "--seeds", "1-2",
+               "--out", str(tmp_path / "out")])
+    assert rc == 0
+    doc = json.loads((tmp_path / "out" / "allocation-pods.json").read_text())
+    assert [r["policy"] for r in doc["rows"]] == ["fgd", "best-fit"]
+    assert all(0 < r["alloc_at_100_pct"] <= 101 for r in doc["rows"])
+    assert (tmp_path / "out" / "allocation-pods.png").stat().st_size > 0
+    assert main(["simulate", "--experiment", "allocation", "--trace", "pollux"]) == 2
