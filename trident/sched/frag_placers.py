@@ -6,7 +6,10 @@ A pod asks for CPU, memory and either ``num_gpu`` whole GPUs (``milli == 1000``)
 one GPU (``num_gpu == 1``, ``milli < 1000``) or no GPU, optionally on some GPU models.
 
 Each placer scores the feasible nodes (higher is better, integer scores as Kubernetes
-plugins return them; ties are broken at random) and picks the devices on the node:
+plugins return them) and picks the devices on the node. Ties go to the first node in
+``node_rank`` order when one is given (the reference simulator's behaviour: its node
+order is shuffled per run, and ties then always favour the same nodes, which packs), else
+to a random one:
 
 - ``random``: any feasible node, any fitting device;
 - ``dotprod``: Tetris' alignment: the smallest dot product of the node's free (CPU, GPU)
@@ -181,15 +184,16 @@ def _tightest(gpu_row: np.ndarray, milli: int) -> int:
 
 class FragPlacer:
     """One of :data:`PLACERS`; ``choose`` returns (node, devices) or None. Pure but for
-    ``rng`` (tie-breaking and the random placer)."""
+    ``rng`` (the random placer, and ties when there is no ``node_rank``)."""
 
-    def __init__(self, name: str, typical: Typical | None = None) -> None:
+    def __init__(self, name: str, typical: Typical | None = None, node_rank: np.ndarray | None = None) -> None:
         if name not in PLACERS:
             raise ConfigError("placer", name, f"one of {PLACERS}")
         if name.startswith("fgd") and typical is None:
             raise ConfigError("typical", None, "typical pods for the fgd placer")
         self.name = name
         self.typical = typical
+        self.node_rank = None if node_rank is None else np.asarray(node_rank)
         self._frag: np.ndarray | None = None
 
     def choose(self, nodes: NodeArrays, pod: PodShape, rng: np.random.Generator) -> tuple[int, tuple[int, ...]] | None:
@@ -198,7 +202,12 @@ class FragPlacer:
             return None
         score, share_dev = getattr(self, "_" + self.name.replace("-", "_"))(nodes, pod, idx, rng)
         best = np.flatnonzero(score == score.max())
-        k = int(best[rng.integers(len(best))]) if len(best) > 1 else int(best[0])
+        if len(best) == 1:
+            k = int(best[0])
+        elif self.node_rank is not None:
+            k = int(best[np.argmin(self.node_rank[idx[best]])])
+        else:
+            k = int(best[rng.integers(len(best))])
         node = int(idx[k])
         if pod.num_gpu == 0:
             devs: tuple[int, ...] = ()

@@ -5,7 +5,8 @@ GPU request of ``ratio`` x the cluster's GPUs (1.3) by appending random copies o
 (seeded), shuffled (seeded), and submitted one by one; a pod is placed by the placer or
 fails (no node has its CPU, memory, GPUs or GPU model free); pods never leave. The GPU
 allocation ratio (placed GPU milli / cluster GPU milli, %) is recorded each time the
-arrived GPU request crosses a whole percent of the cluster (0..130).
+arrived GPU request crosses a whole percent of the cluster (0..130). Each run shuffles
+the node order (seeded); a placer's ties go to the first node in that order.
 """
 from __future__ import annotations
 
@@ -115,7 +116,8 @@ def run(cluster: Cluster, pods: list[PodShape], placer: str, *, seed: int, ratio
     rng = np.random.default_rng(seed)
     seq = tune(pods, cluster, ratio, rng)
     nodes = NodeArrays(cluster.cpu_milli, cluster.memory_mib, cluster.num_gpus, cluster.model_idx)
-    fp = FragPlacer(placer, typical_pods(seq, len(cluster.models)) if placer.startswith("fgd") else None)
+    rank = rng.permutation(len(cluster.cpu_milli))  # the run's node order; ties go to the first
+    fp = FragPlacer(placer, typical_pods(seq, len(cluster.models)) if placer.startswith("fgd") else None, rank)
     total = cluster.total_gpu_milli
     curve = np.full(max_pct + 1, np.nan)
     curve[0] = 0.0
