@@ -107,3 +107,12 @@ def test_cli_allocation_experiment_writes_json_and_plot(tmp_path):
     assert all(0 < r["alloc_at_100_pct"] <= 101 for r in doc["rows"])
     assert (tmp_path / "out" / "allocation-pods.png").stat().st_size > 0
     assert main(["simulate", "--experiment", "allocation", "--trace", "pollux"]) == 2
+
+
+def test_ties_go_to_the_first_node_of_the_run_order():
+    rng = np.random.default_rng(0)
+    n = nodes(4, 4, 4)
+    fp = FragPlacer("gpu-packing", node_rank=np.array([2, 0, 1]))   # node 1 first, then 2, then 0
+    assert [fp.choose(n, CPU, rng)[0] for _ in range(3)] == [1, 1, 1]    # every CPU pod scores 0
+    n.place(1, PodShape(60000, 10, 0, 0), ())
+    assert fp.choose(n, CPU, rng)[0] == 2                                # node 1 has no CPU left
