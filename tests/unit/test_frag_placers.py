@@ -114,5 +114,5 @@ def test_ties_go_to_the_first_node_of_the_run_order():
     n = nodes(4, 4, 4)
     fp = FragPlacer("gpu-packing", node_rank=np.array([2, 0, 1]))   # node 1 first, then 2, then 0
     assert [fp.choose(n, CPU, rng)[0] for _ in range(3)] == [1, 1, 1]    # every CPU pod scores 0
-    n.place(1, PodShape(60000, 10, 0, 0), ())
+    n.place(1, PodShape(61000, 10, 0, 0), ())
     assert fp.choose(n, CPU, rng)[0] == 2                                # node 1 has no CPU left
