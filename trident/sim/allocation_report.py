@@ -64,7 +64,8 @@ def experiment(pods_csv: str | Path, placers: list[str], seeds: list[int], *, no
         curves[placer] = [run(cluster, pods, placer, seed=s, ratio=ratio) for s in seeds]
         at100 = np.array([c.allocated_pct[100] for c in curves[placer]])
         row = {"policy": placer, "alloc_at_100_pct": float(at100.mean()), "alloc_at_100_min_pct": float(at100.min()),
-               "alloc_at_100_max_pct": float(at100.max()), "failed_pods": float(np.mean([c.failed for c in curves[placer]])),
+               "alloc_at_100_max_pct": float(at100.max()),
+               "failed_pods": float(np.mean([c.failed for c in curves[placer]])),
                "seeds": len(seeds), "wall_s": time.perf_counter() - t0}
         if placer in published:
             row["published_alloc_at_100_pct"] = published[placer]

@@ -10,7 +10,7 @@ reached; its completion time is exact to the second within the round.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -123,7 +123,6 @@ class RoundResult:
     restarts: np.ndarray
     rounds: int
     total_gpus: int
-    extra: dict = field(default_factory=dict)
 
     @property
     def jct_s(self) -> np.ndarray:
