@@ -392,64 +392,18 @@ def _keep(problem, cur, cur_t, solver, reason, *, status="kept") -> PlacementRes
 
 
 def _pick_solver(solver: str | None) -> str:
-    if solver not in (None, "highs", "cbc"):
-        raise ConfigError("solver", solver, "'highs', 'cbc' or None")
-    if solver is None:
-        import pulp
+    from trident.solver import pick
 
-        return "highs" if pulp.HiGHS().available() else "cbc"
-    return solver
+    return pick(solver)
 
 
 def _run(prob, problem: PlacementProblem, solver: str, start: dict | None = None) -> str | None:
     """Solve ``prob`` (HiGHS starts from ``start``, variable -> value, when given); return
     'optimal' or 'feasible' when it holds a solution, else ``None``."""
-    import pulp
+    from trident.solver import solve
 
-    if solver == "highs":
-        import highspy
-
-        # No ``threads`` option: HiGHS's thread pool is process-wide, and asking for a count
-        # other than the one another HiGHS user in this process started it with fails the solve.
-        # The feasibility-jump heuristic costs ~15 ms per solve, most of the time on these models
-        # (HiGHS versions without the option ignore it).
-        cmd = _warm_highs()(start=start, msg=False, timeLimit=problem.time_limit_s, gapRel=problem.gap_rel,
-                            mip_heuristic_run_feasibility_jump=False)
-        prob.solve(cmd)
-        model = prob.solverModel
-        st = model.getModelStatus()
-        has_solution = model.getInfo().primal_solution_status == 2  # kSolutionStatusFeasible
-        if st == highspy.HighsModelStatus.kOptimal:
-            return "optimal"
-        return "feasible" if has_solution and st in (
-            highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kInterrupt,
-            highspy.HighsModelStatus.kIterationLimit, highspy.HighsModelStatus.kSolutionLimit) else None
-    cmd = pulp.PULP_CBC_CMD(msg=False, timeLimit=problem.time_limit_s, gapRel=problem.gap_rel, threads=1)
-    prob.solve(cmd)
-    if prob.status != pulp.LpStatusOptimal:
-        return None
-    # CBC reports "Optimal" after a time limit (pulp#649): the plan is validated by the caller.
-    return "optimal" if prob.sol_status == pulp.LpSolutionOptimal else (
-        "feasible" if prob.sol_status == pulp.LpSolutionIntegerFeasible else None)
-
-
-def _warm_highs():
-    """``pulp.HiGHS`` that hands HiGHS a starting solution (pulp has no warm start for it)."""
-    import numpy as np
-    import pulp
-
-    class WarmHiGHS(pulp.HiGHS):
-        def __init__(self, *, start: dict | None, **kw) -> None:
-            super().__init__(**kw)
-            self.start = start or {}
-
-        def callSolver(self, lp) -> None:
-            if self.start:
-                idx = np.array([v.index for v in self.start], dtype=np.int32)
-                lp.solverModel.setSolution(len(idx), idx, np.array(list(self.start.values()), dtype=float))
-            lp.solverModel.run()
-
-    return WarmHiGHS
+    return solve(prob, solver=solver, time_limit_s=problem.time_limit_s, gap_rel=problem.gap_rel,
+                 start=start).status
 
 
 def _ints(values: dict, tol: float = 1e-4) -> dict | None:

@@ -172,27 +172,19 @@ class MilpPlacer:
             a, b = slots[i - 1], slots[i]
             if (a.model, a.size, a.free, a.hold) == (b.model, b.size, b.free, b.hold):
                 prob += x[i - 1] >= x[i]
-        solver = (pulp.HiGHS(msg=False, timeLimit=self.time_limit_s, gapRel=self.gap_rel)
-                  if self.solver == "highs" else
-                  pulp.PULP_CBC_CMD(msg=False, timeLimit=self.time_limit_s, gapRel=self.gap_rel))
+        from trident.solver import solve
+
         try:
-            prob.solve(solver)
+            out = solve(prob, solver=self.solver, time_limit_s=self.time_limit_s, gap_rel=self.gap_rel)
         except Exception as exc:  # a broken solver must not stop scheduling
-            if self.solver == "highs":
-                try:
-                    prob.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=self.time_limit_s, gapRel=self.gap_rel))
-                except Exception as exc2:
-                    return None, f"solvers failed ({exc!r}; {exc2!r})"
-            else:
-                return None, f"solver failed ({exc!r})"
-        status = pulp.LpStatus.get(prob.status, str(prob.status))
-        sol = pulp.constants.LpSolution.get(prob.sol_status, str(prob.sol_status))
-        if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
-            return None, f"status {status} / {sol}"
+            return None, f"solvers failed ({exc!r})"
+        if out.status is None:
+            status = pulp.LpStatus.get(prob.status, str(prob.status))
+            return None, f"status {status} ({out.solver}{'; ' + out.note if out.note else ''})"
         take = {i: int(round(x[i].value() or 0)) for i in range(n)}
         take = {i: v for i, v in take.items() if v > 0}
         value = pulp.value(prob.objective)
-        return take, f"{sol.lower()}, objective {value:.3f}, {n} candidate nodes"
+        return take, f"{out.status} ({out.solver}), objective {value:.3f}, {n} candidate nodes"
 
     # --- a fraction of one GPU: closed-form choice -------------------------------
     def _place_fraction(self, job: Job, capacity: CapacityView, models: tuple[str, ...]) -> Allocation | None:

@@ -54,6 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=DEFAULT_OUT,
                         help="folder the results (JSON table, PNG plot) are written to")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--experiment", choices=("jobs", "allocation"), default="jobs",
+                        help="jobs: replay jobs through policies; allocation: FGD's GPU allocation-ratio "
+                             "experiment (--trace alibaba-fgd:PODS.csv, --placer fgd,best-fit,...)")
+    parser.add_argument("--seeds", default="42-51", help="allocation experiment: seeds, LO-HI or a list")
+    parser.add_argument("--nodes", default=None, help="allocation experiment: node list CSV "
+                                                      "(default: the one beside the pod list)")
 
 
 def _entries(args: argparse.Namespace) -> list:
@@ -93,6 +99,9 @@ def _table(rows: list[dict]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    if getattr(args, "experiment", "jobs") == "allocation":
+        from trident.sim.allocation_report import cli_main
+        return cli_main(args)
     from trident.sim.compare import Entry, compare, result_document, write
     from trident.sim.engine import EngineConfig, SetupModel
     from trident.sim.traces import load_trace, resample, scale_cluster, scale_load

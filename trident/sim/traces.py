@@ -303,31 +303,31 @@ def load_philly_gavel(path: str | Path, *, throughputs_path: str | Path | None =
 
 # --- Pollux workloads ------------------------------------------------------------------------------
 
-POLLUX_DURATION_S = {"cifar10": 3600.0, "ncf": 900.0, "bert": 1800.0, "deepspeech2": 14400.0,
-                     "yolov3": 28800.0, "imagenet": 57600.0}
-"""Stand-in run times per application (the workload files carry none; Pollux derives
-progress from its throughput models). Override with ``duration_by_application_s``."""
-
-
 def load_pollux(path: str | Path, *, duration_by_application_s: dict[str, float] | None = None,
                 num_nodes: int = 16, gpus_per_node: int = 4, gpu_model: str = "t4",
                 skip_bad: bool = False) -> Trace:
     """A Pollux workload CSV (name, time, application, num_replicas, batch_size) on
-    Pollux's testbed shape (16 nodes x 4 T4 by default). Run times per application
-    come from ``duration_by_application_s`` (default :data:`POLLUX_DURATION_S`)."""
-    durations = dict(POLLUX_DURATION_S if duration_by_application_s is None else duration_by_application_s)
+    Pollux's testbed shape (16 nodes x 4 T4 by default). A job's run time is the time its
+    application's measured tables give for its GPUs (packed) and batch size, to its last
+    epoch (:func:`trident.sim.pollux_apps.isolated_run_s`); ``duration_by_application_s``
+    overrides it per application."""
+    from trident.sim.pollux_apps import APP_SETTINGS, isolated_run_s
+
     if num_nodes < 1 or gpus_per_node < 1:
         raise ConfigError("num_nodes/gpus_per_node", (num_nodes, gpus_per_node), "integers >= 1")
+    override = dict(duration_by_application_s or {})
     path = Path(path)
     rows = _Rows(path, skip_bad)
     jobs = []
     for line, row in rows.read(required=("name", "time", "application", "num_replicas")):
         try:
             app = row["application"]
-            if app not in durations:
-                raise _Bad(f"application={app!r} has no run time; known: {sorted(durations)}")
+            if app not in override and app not in APP_SETTINGS:
+                raise _Bad(f"application={app!r} has no tables; known: {sorted(APP_SETTINGS)}")
             replicas = rows.num(line, row, "num_replicas")
-            jobs.append(Job(job_id=row["name"], arrival_s=rows.num(line, row, "time"), duration_s=durations[app],
+            duration = override.get(app) or isolated_run_s(app, int(replicas), int(rows.num(line, row, "batch_size")),
+                                                            gpus_per_node)
+            jobs.append(Job(job_id=row["name"], arrival_s=rows.num(line, row, "time"), duration_s=duration,
                             num_gpus=_gpus(replicas), user=app))
         except (_Bad, ConfigError) as exc:
             rows.bad(line, str(exc))
