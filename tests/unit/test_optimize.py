@@ -98,3 +98,13 @@ def test_space_and_optimiser_validate_their_inputs():
         Observation(INITIAL, 1.0, 0.0)
     x = SPACE.encode([Knobs(8, 1, "cpu"), Knobs(512, 12, "gpu")])
     assert x.tolist() == [[0, 0, 1, 0], [1, 1, 0, 1]]
+
+
+def test_two_batches_bound_memory_by_the_secant_not_the_batch_ratio():
+    # 1 GiB fixed + 0.1 GiB per row: proportional scaling from batch 16 would allow 5.2 GiB at 32
+    bo = SafeBayesOpt(space=SPACE, memory_limit_bytes=64e9, initial=INITIAL)
+    one = [Observation(Knobs(16, 1, "cpu"), 50.0, 2.6e9)]
+    two = one + [Observation(Knobs(8, 1, "cpu"), 30.0, 1.8e9)]
+    u1, u2 = (bo.memory_upper_bytes([Knobs(32, 1, "cpu")], obs)[0] for obs in (one, two))
+    assert u1 == pytest.approx(2 * 2.6e9 * 1.03)
+    assert u2 < u1 and u2 >= 4.2e9  # the affine truth at 32 is 4.2 GB: the bound stays above it

@@ -323,3 +323,32 @@ def test_a_target_that_does_not_move_is_replanned_around_its_obstacle_within_two
     assert all((x.replicas or 1) <= 1 for d in later for x in d.plan.targets if x.name == "ocr"), \
         [d.reason for d in later]
     assert all(d.kind != "rollout" or "waiting" not in d.reason for d in decisions if d.time_s > replans[0].time_s)
+
+
+def _batch_sensitive(total_rows=14_000):
+    """One GPU pool whose rate grows with the batch (fixed cost per batch) and whose memory grows
+    with it too; 8 replicas at the user's batch of 8 fit the limit, 8 at a batch of 32 do not."""
+    MiB = 2**20
+    ops = (SimOperator(name="read", kind="task", peak_rows_per_s=(("cpu", 400.0),), replicas=4, max_replicas=8),
+           SimOperator(name="embed", kind="actor", peak_rows_per_s=(("A", 33.3),), half_batch_rows=20, replicas=8,
+                       max_replicas=8, num_gpus=0.5, accelerator_type="A", batch_size=8, cold_start_s=5.0,
+                       heap_base_bytes=400 * MiB, heap_per_batch_row_bytes=10 * MiB))
+    return PipelineSpec(operators=ops, nodes=(SimNodes(count=1, cpus=16, gpus=4, gpu_type="A"),), total_rows=total_rows,
+                        noise=0.05, spike_prob=0.0, memory_limit_bytes=5000 * MiB)
+
+
+def test_batch_size_search_leaves_the_first_batch_without_breaking_the_memory_limit():
+    ray = simulate(_batch_sensitive(), policy="ray", seed=0)
+    res = simulate(_batch_sensitive(), policy="trident", seed=0)
+    assert res.finished and ray.finished
+    assert res.oom_kills == 0
+    tunes = [d for d in _plans(res) if d.kind == "tune"]
+    assert tunes, [d.reason for d in _plans(res)]
+    # a larger batch cannot be certified for all 8 replicas from one batch: the first trial runs fewer,
+    # drained first where the pool's GPUs leave no room for new replicas beside the old ones
+    first = tunes[0]
+    assert "replica(s)" in first.reason and "drained first to make room" in first.reason
+    batches = [t.batch_size for d in _plans(res) for t in d.plan.targets if t.batch_size is not None]
+    assert batches and batches[-1] > 8, [d.reason for d in tunes]
+    assert res.throughput_rows_per_s >= 1.1 * ray.throughput_rows_per_s, (res.throughput_rows_per_s,
+                                                                         ray.throughput_rows_per_s)

@@ -3,7 +3,8 @@ user's static setup, Ray Data's autoscaler, DS2 and trident side by side, with t
 
 Every stage is a calibrated stand-in on logical GPUs: a batch sleeps ``fixed_s + per_row_s x
 rows`` (the per-row cost may differ by row position, for a regime shift, and by the node's
-accelerator type) and holds ``base_mb + per_row_mb x rows`` MiB while it runs. The cluster is a
+accelerator type) and holds ``base_mb + per_row_mb x rows`` MiB for the largest batch it has run
+(kept between batches, as a framework's caching allocator keeps its peak). The cluster is a
 ``ray.cluster_utils.Cluster``: a CPU head and two GPU nodes of types A and B. A watchdog plays the
 OOM killer for the stand-ins' summed memory (as in :mod:`trident.demos.bench`).
 
@@ -129,14 +130,17 @@ def stage_class(st: Stage, rows_total: int, pid_dir: str):
             self.base = bytearray(int(st.base_mb * 2**20)) if st.base_mb else b""
             for i in range(0, len(self.base), 4096):
                 self.base[i] = 1
+            self.held = bytearray()
             Path(pid_dir, str(os.getpid())).touch()
 
         def __call__(self, batch):
             ids = batch["id"]
             n = len(ids)
-            held = bytearray(int(st.per_row_mb * n * 2**20)) if st.per_row_mb else b""
-            for i in range(0, len(held), 4096):
-                held[i] = 1
+            need = int(st.per_row_mb * n * 2**20)
+            if need > len(self.held):  # kept, as a framework's caching allocator keeps its peak
+                self.held = bytearray(need)
+                for i in range(0, need, 4096):
+                    self.held[i] = 1
             second = int((ids >= rows_total // 2).sum())
             time.sleep(st.batch_s(n, second, self.gpu_type))
             batch[f"{st.name}_on"] = [self.gpu_type] * n

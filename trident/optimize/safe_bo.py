@@ -10,10 +10,11 @@ batch size alone:
   mean, so it extrapolates the per-row growth) gives the upper confidence bound
   ``mu + beta * sigma`` once two batch sizes have been seen on the device;
 * a structural bound must hold as well: memory per replica is assumed to be a fixed part
-  plus a part at most proportional to the batch, so above an observed batch it is at most
-  the observed value (plus ``memory_margin``) times the batch ratio, and below one at most
-  that batch's value (a GP fitted to two or three noisy points can be overconfident; this
-  bound cannot be);
+  plus a part that grows at most proportionally to the batch, and ever more slowly, so above
+  an observed batch it is at most the observed value (plus ``memory_margin``) times the batch
+  ratio and, once two batches are seen, at most the steepest secant between them carried on;
+  below an observed batch it is at most that batch's value (a GP fitted to two or three noisy
+  points can be overconfident; this bound cannot be);
 * the safe set grows by at most ``max_batch_growth`` x the largest batch seen on the
   device per step (a trust region: the GP is not trusted far from its data).
 
@@ -158,6 +159,10 @@ class SafeBayesOpt:
             if below:
                 bound = min(bound, anchors[max(below)] * b / max(below))
                 lower[i] = max(anchors[a] for a in below) * (1 - self.memory_margin)
+            if len(below) >= 2 and b > max(below):  # the steepest secant seen, carried on from the last
+                xs = sorted(below)
+                slope = max(max((anchors[y] - anchors[x]) / (y - x) for x, y in zip(xs, xs[1:])), 0.0)
+                bound = min(bound, anchors[xs[-1]] + slope * (b - xs[-1]))
             upper[i] = bound * (1 + self.memory_margin)
         if len(anchors) >= 2:
             scale = float(self.space.batch_sizes[-1])

@@ -8,6 +8,7 @@ at all) and the rollout ends with it named, so the planner plans again around it
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from trident.plan.rollout import RolloutStep
@@ -18,8 +19,9 @@ STARTING_COLD_STARTS = 3.0
 """Cold starts a pool's pending actors may take, when nothing is short, before it counts as stuck
 (a loaded machine starts actors slowly; cancelling them would only start them again)."""
 DRAIN_TASKS = 3.0
-"""Task durations (p90) a drain may take before the next phase goes ahead anyway (a drained
-actor finishes at most two tasks)."""
+"""Task durations (p90) a drain may take before the next phase goes ahead anyway, at least (a
+drained actor finishes the tasks queued on it: one more than the pool's tasks in flight per
+actor when that is longer)."""
 
 
 @dataclass
@@ -104,7 +106,8 @@ class Phases:
             why = obstacle(snap, o, st, room_of(snap, held, heap_bytes, memory_limit_bytes))
             grace = 0.0
             if st.action == "scale_down":  # drained actors finish the tasks they hold
-                grace = DRAIN_TASKS * (o.task_duration_p90_s or cold_start_s.get(st.operator, 0.0))
+                queued = math.ceil(o.tasks_in_flight / max(o.actors_running, 1))  # each drained actor's queue
+                grace = max(DRAIN_TASKS, queued + 1) * (o.task_duration_p90_s or cold_start_s.get(st.operator, 0.0))
             elif o.actors_pending:  # starting actors: a cold start, several when nothing is short
                 grace = cold_start_s.get(st.operator, 0.0) * (1 if why.short else STARTING_COLD_STARTS)
             if p.steps >= patience_steps and now - p.since_s >= grace:

@@ -23,7 +23,7 @@ import numpy as np
 from trident.control.policy import PolicyContext
 from trident.model.threads import single_threaded
 from trident.plan.milp import solve_placement
-from trident.plan.rollout import RolloutInputs, plan_rollout
+from trident.plan.rollout import PHASE_DRAIN, PHASE_UP, RolloutInputs, RolloutStep, plan_rollout
 from trident.policies.trident import estimates, explore, problem, tuner
 from trident.policies.trident.inner import inner_targets
 from trident.policies.trident.phases import Phases, Stuck
@@ -129,11 +129,10 @@ class TridentPolicy:
         result = solve_placement(prob)
         if not result.changed:  # the allocation is settled: tune the bottleneck's batch size
             self._bound(ops, {o.name: o.config.replicas for o in ops if self._estimated(o, planning)}, "the plan")
-            tuned = tuner.next_batch_size(snap, ops, prob, planning.rates, self.tracks, self.settings,
+            trial = tuner.next_batch_size(snap, ops, prob, planning.rates, self.tracks, self.settings,
                                           self.context.seed)
-            if tuned is not None:
-                target, reason = tuned
-                return self._issue((target,), reason, now, notes + [result.reason], kind="tune")
+            if trial is not None:
+                return self._trial(trial, now, notes + [result.reason])
             return Decision(time_s=now, reason=f"keep: {result.reason}", notes=tuple(notes), kind="keep")
         targets = problem.targets(ops, result.allocation)
         cur_t = result.current_throughput_rows_per_s or 0.0
@@ -167,6 +166,26 @@ class TridentPolicy:
         reason = (f"plan: {result.reason}; {rollout.reason}; from {rates}; steps: {steps} | now: "
                   + "; ".join(st.reason for st in phase))
         decision = self._issue(tuple(st.target for st in phase), reason, now, notes, kind="plan")
+        self.phases.plan_seq = self.plan_seq
+        return decision
+
+    def _trial(self, trial: tuner.Trial, now: float, notes: list[str]) -> Decision:
+        """Roll out a batch-size trial: drain old replicas first where the surge has no room."""
+        t = trial.target
+        start = trial.replicas_from if trial.drain_to is None else trial.drain_to
+        phases = [(RolloutStep(operator=t.name, action="update", replicas_from=start, replicas_to=t.replicas,
+                               target=t, phase=PHASE_UP, reason=f"rolling update of {t.name} to batch_size "
+                                                                f"{t.batch_size} on {t.replicas} replica(s)"),)]
+        if trial.drain_to is not None:
+            phases.insert(0, (RolloutStep(operator=t.name, action="scale_down", replicas_from=trial.replicas_from,
+                                          replicas_to=trial.drain_to,
+                                          target=OperatorTarget(name=t.name, replicas=trial.drain_to),
+                                          phase=PHASE_DRAIN, reason=f"drain {t.name} {trial.replicas_from} -> "
+                                                                    f"{trial.drain_to} to make room"),))
+        self.bounds[t.name] = Bounds(lo=t.replicas, hi=t.replicas, why="the batch-size trial")
+        phase = self.phases.start(phases, now)
+        reason = f"{trial.reason} | now: " + "; ".join(st.reason for st in phase)
+        decision = self._issue(tuple(st.target for st in phase), reason, now, notes, kind="tune")
         self.phases.plan_seq = self.plan_seq
         return decision
 

@@ -54,6 +54,8 @@ class OperatorTrack:
     needs_fit: bool = False
     matched: bool = False
     bo_tried: int = 0
+    bo_settled: bool = False
+    """The batch-size search is over for this regime (converged, or moved to the best found)."""
     selectivity: float = 1.0
     shifting: list[tuple[float, float]] = field(default_factory=list)
     """(time_s, rows/s) of consecutive windows off the median."""
@@ -276,7 +278,7 @@ class Observer:
             tr.regimes.remember(tr.model)
             tr.model = OperatorModel(device_types=tr.model.encoder.device_types, window_samples=self.settings.history,
                                      seed=int(self.rng.integers(2**31 - 1)))
-        tr.regime_start_s, tr.needs_fit, tr.matched, tr.bo_tried = start, True, False, 0
+        tr.regime_start_s, tr.needs_fit, tr.matched, tr.bo_tried, tr.bo_settled = start, True, False, 0, False
         self.assumed.pop(tr.name, None)
         self.changed = True
         self.regime_changes += 1

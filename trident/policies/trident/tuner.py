@@ -1,6 +1,21 @@
 """The batch-size tuner: memory-constrained Bayesian optimisation of the bottleneck's batch size,
-once the allocation is settled and a memory limit is known."""
+once the allocation is settled and a memory limit is known.
+
+A larger batch often cannot be certified safe for every replica from one measured batch (memory
+per replica is bounded by the measured value times the batch ratio until a second batch is seen),
+so a trial may run fewer replicas - at least half of those the pool's GPUs allow - at the new
+batch: the largest count whose memory bound fits. Replicas scale linearly in the planner's model,
+so each measured batch is an observation at every replica count; the optimiser's search is over
+batch sizes, and once it converges (or its trials are spent) the pool moves to the best measured
+batch at the most replicas it allows. The rolling update starts new replicas before old ones go; when the pool's
+GPUs or the memory limit leave no room for that surge, old replicas are drained first
+(:class:`Trial` ``drain_to``): each slot is then away for one drain and one cold start, as in
+the surge, but nothing outgrows the limit.
+"""
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
 
 from trident.model.features import device_type_of
 from trident.model.threads import single_threaded
@@ -13,12 +28,23 @@ from trident.policies.trident.tracking import OperatorTrack
 from trident.types import OperatorSnapshot, OperatorTarget, Snapshot
 
 
+@dataclass(frozen=True)
+class Trial:
+    """A batch size to try: the rolling update's target (batch size, replicas), the replicas of
+    the old batch to drain to first (``None``: the surge fits), and why."""
+
+    target: OperatorTarget
+    replicas_from: int
+    drain_to: int | None
+    reason: str
+
+
 def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: PlacementProblem,
                     rates: dict[str, Estimate], tracks: dict[str, OperatorTrack], settings: TridentSettings,
-                    seed: int) -> tuple[OperatorTarget, str] | None:
-    """The bottleneck's next batch size to try (target, reason), or ``None``: no limit, too
-    little work left, no measured bottleneck with trials left, or converged (then its trials
-    are spent for this regime)."""
+                    seed: int) -> Trial | None:
+    """The bottleneck's next batch size to try (or the best one found, once the search is over),
+    or ``None``: no limit, too little work left, no measured bottleneck to tune, or settled on
+    the current batch size for this regime."""
     limit = problem.memory_limit_bytes
     if settings.bo_trials == 0 or limit is None:
         return None
@@ -27,7 +53,8 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
         return None
     util = utilisation(problem, throughput_of(problem, problem.current))
     cands = [o for o in ops if o.config.kind == "actor" and o.config.batch_size and o.config.replicas
-             and rates[o.name].source in ("measured", "busy time") and tracks[o.name].bo_tried < settings.bo_trials]
+             and o.actors_pending == 0 and o.actors_running == o.config.replicas  # the pool is settled
+             and rates[o.name].source in ("measured", "busy time") and not tracks[o.name].bo_settled]
     if not cands:
         return None
     o = max(cands, key=lambda c: util.get(c.name, 0.0))
@@ -37,33 +64,79 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
     from trident.optimize.space import KnobSpace, Knobs, Observation
 
     tr = tracks[o.name]
-    b, n, dev = o.config.batch_size, o.config.replicas, device_type_of(o.config)
-    # larger batches raise throughput until memory runs out; smaller ones measured before stay candidates
-    tried = {r.key.batch_size for r in tr.rates if r.key.device == dev and r.key.num_gpus == o.config.num_gpus
-             and r.key.batch_size}
-    batches = tuple(sorted({b, b * 2, b * 4} | tried))
+    b, dev = o.config.batch_size, device_type_of(o.config)
     others = sum(estimates.heap(tracks[x.name], key_of(x.config), settings) * (x.config.replicas or 0)
                  for x in ops if x.name != o.name and x.name in tracks)
     if others >= limit or not tr.heap:
         return None
+    n_max = _most_replicas(snap, o)
+    concurrencies = tuple(range(math.ceil(n_max / 2), n_max + 1))
+    # larger batches raise throughput until memory runs out; smaller ones measured before stay candidates
+    tried = {r.key.batch_size for r in tr.rates if r.key.device == dev and r.key.num_gpus == o.config.num_gpus
+             and r.key.batch_size}
     obs = []
-    for bb in batches:
+    for bb in sorted({b} | tried):
         key = ConfigKey(bb, dev, o.config.num_gpus)
-        r = estimates.rate(tr, o, key, settings).rows_per_s if key in tr.heap else None
-        if r and (key == key_of(o.config) or len(tr.measured(key)) >= settings.min_rate_windows):
-            obs.append(Observation(knobs=Knobs(bb, n, dev), throughput_rows_per_s=r * n,
-                                   memory_per_replica_bytes=tr.heap[key]))
-    if not any(ob.knobs.batch_size == b for ob in obs):
+        est = estimates.rate(tr, o, key, settings) if key in tr.heap else None
+        if est is not None and est.rows_per_s and est.source != "model":
+            obs += [Observation(knobs=Knobs(bb, c, dev), throughput_rows_per_s=est.rows_per_s * c,
+                                memory_per_replica_bytes=tr.heap[key]) for c in concurrencies]
+    seen = sorted({ob.knobs.batch_size for ob in obs})
+    if b not in seen:
         return None
-    bo = SafeBayesOpt(space=KnobSpace(batch_sizes=batches, concurrencies=(n,), device_types=(dev,)),
-                      memory_limit_bytes=float(limit), initial=Knobs(b, n, dev), seed=seed,
+    batches = tuple(sorted(set(seen) | {b * 2, b * 4}))  # a tried batch without a rate is not tried again
+    bo = SafeBayesOpt(space=KnobSpace(batch_sizes=batches, concurrencies=concurrencies, device_types=(dev,)),
+                      memory_limit_bytes=float(limit), initial=Knobs(b, n_max, dev), seed=seed,
                       fixed_memory_bytes=float(others))
     with single_threaded():
         sug = bo.suggest(obs)
-    if sug.knobs.batch_size == b:
-        tr.bo_tried = settings.bo_trials  # converged on the current batch size for this regime
+        if not sug.converged and tr.bo_tried >= settings.bo_trials:  # trials spent: keep the best found
+            best = bo.best(obs)
+            sug = replace(sug, knobs=best.knobs if best else sug.knobs, converged=True,
+                          reason=f"{settings.bo_trials} trial(s) spent; the best safe configuration measured")
+        bb = sug.knobs.batch_size
+        upper = bo.memory_upper_bytes([Knobs(bb, c, dev) for c in concurrencies], obs)
+    if bb == b:
+        tr.bo_settled = True  # settled on the current batch size for this regime
         return None
-    tr.bo_tried += 1
-    reason = (f"tune {o.name} batch_size {b} -> {sug.knobs.batch_size} "
-              f"({'best safe' if sug.converged else f'trial {tr.bo_tried}/{settings.bo_trials}'}): {sug.reason}")
-    return OperatorTarget(name=o.name, batch_size=sug.knobs.batch_size), reason
+    if sug.converged:
+        tr.bo_settled = True
+    else:
+        tr.bo_tried += 1
+    c = max((k for k, u in zip(concurrencies, upper) if u <= limit), default=sug.knobs.concurrency)
+    each = (float(upper[concurrencies.index(c)]) - others) / c  # memory bound of one new replica
+    n = o.config.replicas
+    drain_to, c = _room_for(snap, o, c, old_heap=estimates.heap(tr, key_of(o.config), settings), new_heap=each,
+                            free_memory=limit - others)
+    what = "best safe" if sug.converged else f"trial {tr.bo_tried}/{settings.bo_trials}"
+    reason = (f"tune {o.name} batch_size {b} -> {bb} on {c} replica(s) ({what}): {sug.reason}"
+              + (f"; {n - drain_to} old replica(s) drained first to make room" if drain_to is not None else ""))
+    return Trial(OperatorTarget(name=o.name, batch_size=bb, replicas=c), n, drain_to, reason)
+
+
+def _most_replicas(snap: Snapshot, o: OperatorSnapshot) -> int:
+    """Replicas the pool may run: its maximum, and no more than the GPUs the other pools leave."""
+    hi = o.config.max_replicas or max(o.config.replicas or 1, 1)
+    if o.config.num_gpus > 0:
+        others = sum((x.config.replicas or 0) * x.config.num_gpus for x in snap.operators
+                     if x.name != o.name and x.config.kind == "actor")
+        hi = min(hi, math.floor((snap.cluster.gpus - others) / o.config.num_gpus + 1e-9))
+    return max(hi, o.config.min_replicas, 1)
+
+
+def _room_for(snap: Snapshot, o: OperatorSnapshot, new: int, *, old_heap: float, new_heap: float,
+              free_memory: float) -> tuple[int | None, int]:
+    """Old replicas ``o`` may keep while new replicas of the new batch start (``None`` when all
+    may stay), and how many new ones start: what the GPUs left by the other operators and the
+    memory allow. The pool keeps at least its minimum (Ray Data never runs a pool below it);
+    fewer new replicas start when that minimum leaves no room for all ``new``."""
+    n = o.config.replicas or 0
+    most = _most_replicas(snap, o)
+    keep = min(n, most - new)
+    if old_heap > 0:
+        keep = min(keep, math.floor((free_memory - new * new_heap) / old_heap))
+    if keep < o.config.min_replicas:
+        keep = min(o.config.min_replicas, n)
+        fits = math.floor((free_memory - keep * old_heap) / new_heap) if new_heap > 0 else new
+        new = max(1, min(new, most - keep, fits))
+    return (None if keep >= n else max(keep, 0)), new
