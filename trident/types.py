@@ -52,6 +52,19 @@ class OperatorConfig:
 
 
 @dataclass(frozen=True)
+class TypeUsage:
+    """An actor pool's work on the nodes of one accelerator type, cumulative since the execution
+    began (so per-type rates can be measured while user code names no type)."""
+
+    accelerator_type: str
+    actors: int
+    """Actors running on nodes of this type now."""
+    busy_s: float
+    """Actor-seconds with at least one task in flight, up to each task's completion."""
+    tasks_finished: int
+
+
+@dataclass(frozen=True)
 class OperatorSnapshot:
     """One operator at one moment. Counters are cumulative since the execution began;
     rates are over the last observation interval. Missing measurements are ``None``."""
@@ -87,6 +100,9 @@ class OperatorSnapshot:
     completed: bool = False
     rows_in_done_total: int | None = None
     """Input rows of finished tasks (``None``: not measured; then ``rows_in_total`` stands in)."""
+    by_type: tuple[TypeUsage, ...] = ()
+    """An actor pool's work per accelerator type of the nodes its actors run on (empty when the
+    cluster's GPU nodes name no type)."""
 
     @property
     def input_bytes_per_row(self) -> float | None:
@@ -105,6 +121,8 @@ class ClusterView:
     cpus: float
     gpus: float
     gpus_by_type: tuple[tuple[str, float], ...] = ()
+    cpus_by_type: tuple[tuple[str, float], ...] = ()
+    """CPUs of the nodes of each accelerator type (what actors pinned to the type can use)."""
     object_store_bytes: int | None = None
     memory_limit_bytes: int | None = None
 

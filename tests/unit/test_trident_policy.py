@@ -1,5 +1,6 @@
 """The ``trident`` policy on the fluid simulator and on hand-built snapshots."""
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -253,7 +254,8 @@ def test_a_confirmed_heap_estimate_lets_the_next_plan_come_before_the_dwell_ends
     replicas, out, plans, complete_at = 1, 0.0, [], None
     for k in range(80):
         t = float(k)
-        d = policy.step(_ray_like(t, ocr_replicas=replicas, ocr_out=int(out), embed_out=0, total=400), t)
+        snap = _ray_like(t, ocr_replicas=replicas, ocr_out=int(out), embed_out=0, total=400)
+        d = policy.step(replace(snap, applied_plan_seq=policy.plan_seq), t)  # applied at once, as the shim does
         out += replicas / 4
         if d.reason.startswith("rollout complete") and complete_at is None:
             complete_at = t
@@ -352,3 +354,64 @@ def test_batch_size_search_leaves_the_first_batch_without_breaking_the_memory_li
     assert batches and batches[-1] > 8, [d.reason for d in tunes]
     assert res.throughput_rows_per_s >= 1.1 * ray.throughput_rows_per_s, (res.throughput_rows_per_s,
                                                                          ray.throughput_rows_per_s)
+
+
+def _typed_snapshot(k: int, *, detect_types=("A", "B")):
+    """read -> detect (backlogged) -> embed, both pools unpinned with actors on whichever type
+    ``detect_types`` names: detect does 10 rows/s per replica on A and 40 on B, embed 40 on A and
+    20 on B. Counters after ``k`` seconds; tasks of 16 rows."""
+    from trident.types import TypeUsage
+
+    t = float(k)
+    per_actor = {"detect": {"A": 10.0, "B": 40.0}, "embed": {"A": 40.0, "B": 20.0}}
+    ops = [OperatorSnapshot(name="read", index=0, completed=False, rows_out_total=10_000, rows_in_total=10_000,
+                            config=OperatorConfig(kind="task", replicas=None, min_replicas=1))]
+    for i, name in enumerate(("detect", "embed"), start=1):
+        types = detect_types if name == "detect" else ("A", "B")
+        actors = {ty: 4 // len(types) for ty in types}
+        usage, rows, busy = [], 0, 0.0
+        for ty, n in actors.items():
+            done = int(n * per_actor[name][ty] * t / 16)
+            usage.append(TypeUsage(accelerator_type=ty, actors=n, busy_s=n * t, tasks_finished=done))
+            rows += done * 16
+            busy += n * t
+        ops.append(OperatorSnapshot(
+            name=name, index=i, rows_out_total=rows, rows_in_total=rows, rows_in_done_total=rows,
+            bytes_in_total=rows * 100, tasks_finished=sum(u.tasks_finished for u in usage), busy_s=busy,
+            input_queue_blocks=50, tasks_running=4, actors_running=4, tasks_in_flight=8, by_type=tuple(usage),
+            heap_rss_per_replica_bytes=GiB,
+            config=OperatorConfig(kind="actor", replicas=4, min_replicas=1, max_replicas=8, num_gpus=1.0,
+                                  batch_size=16)))
+    return Snapshot(execution_id="e", seq=k, time_s=t, operators=tuple(ops), input_rows_total=10**6,
+                    cluster=ClusterView(cpus=16, gpus=8, gpus_by_type=(("A", 4.0), ("B", 4.0))))
+
+
+def _typed_plan(detect_types):
+    import numpy as np
+
+    from trident.plan.milp import solve_placement
+    from trident.policies.trident import problem
+    from trident.policies.trident.tracking import Observer
+
+    settings = TridentSettings()
+    observer = Observer(settings=settings, rng=np.random.default_rng(0), seed=0)
+    for k in range(30):
+        snap = _typed_snapshot(k, detect_types=detect_types)
+        for o in snap.operators:
+            observer.observe(o, snap.time_s)
+    ops = problem.plannable(snap)
+    planning = problem.build(snap, ops, observer.tracks, settings, None)
+    assert planning.problem is not None, planning.why
+    result = solve_placement(planning.problem)
+    return {t.name: t for t in problem.targets(ops, result.allocation)}, result
+
+
+def test_unpinned_pools_measured_on_both_types_are_moved_where_each_is_relatively_fastest():
+    targets, result = _typed_plan(("A", "B"))
+    assert targets["detect"].accelerator_type == "B" and targets["embed"].accelerator_type == "A", targets
+    assert result.throughput_rows_per_s > 1.3 * result.current_throughput_rows_per_s
+
+
+def test_a_pool_measured_on_one_type_only_is_not_moved():
+    targets, _ = _typed_plan(("A",))
+    assert "detect" not in targets or targets["detect"].accelerator_type is None, targets

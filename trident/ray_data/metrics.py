@@ -8,10 +8,11 @@ with each finished task; :class:`RecentSamples` keeps the values of the last int
 """
 from __future__ import annotations
 
+import time
 from collections import deque
 from typing import Any
 
-from trident.types import ClusterView, OperatorConfig, OperatorSnapshot, Snapshot
+from trident.types import ClusterView, OperatorConfig, OperatorSnapshot, Snapshot, TypeUsage
 
 ACCELERATOR_PREFIX = "accelerator_type:"
 
@@ -33,6 +34,57 @@ def recent_samples_tracker(tracker: Any) -> Any:
     tracker.__class__ = RecentSamples
     tracker.trident_recent = deque(maxlen=4096)
     return tracker
+
+
+def busy_time_tracker(pool: Any) -> Any:
+    """Give an actor ``pool`` per-node busy time and finished tasks (``trident_busy``: node id ->
+    [actor-seconds with a task in flight, tasks finished]), kept as tasks are handed out and come
+    back; each task's time is credited when it completes. Executor thread only."""
+    if hasattr(pool, "trident_busy"):
+        return pool
+    cls = type(pool)
+
+    class BusyTimePool(cls):  # type: ignore[misc, valid-type]
+        def on_task_submitted(self, actor: Any) -> None:
+            super().on_task_submitted(actor)
+            if self._running_actors[actor].num_tasks_in_flight == 1:
+                self.trident_since[actor] = time.perf_counter()
+
+        def on_task_completed(self, actor: Any) -> None:
+            super().on_task_completed(actor)
+            state = self._running_actors.get(actor)
+            since = self.trident_since.pop(actor, None)
+            if state is None or since is None:
+                return
+            now = time.perf_counter()
+            acc = self.trident_busy.setdefault(state.actor_location, [0.0, 0])
+            acc[0] += now - since
+            acc[1] += 1
+            if state.num_tasks_in_flight > 0:
+                self.trident_since[actor] = now
+
+    BusyTimePool.__name__ = f"BusyTime{cls.__name__}"
+    pool.__class__ = BusyTimePool
+    pool.trident_busy, pool.trident_since = {}, {}
+    return pool
+
+
+def usage_by_type(pool: Any, node_type: dict[str, str]) -> tuple[TypeUsage, ...]:
+    """The pool's actors, busy time and finished tasks per accelerator type of their nodes."""
+    if not node_type:
+        return ()
+    out: dict[str, list] = {}
+    for node, (busy, tasks) in getattr(pool, "trident_busy", {}).items():
+        if node in node_type:
+            acc = out.setdefault(node_type[node], [0, 0.0, 0])
+            acc[1] += busy
+            acc[2] += tasks
+    for state in pool._running_actors.values():
+        t = node_type.get(state.actor_location)
+        if t is not None:
+            out.setdefault(t, [0, 0.0, 0])[0] += 1
+    return tuple(TypeUsage(accelerator_type=t, actors=a, busy_s=b, tasks_finished=n)
+                 for t, (a, b, n) in sorted(out.items()))
 
 
 def batch_size_of(op: Any) -> int | None:
@@ -118,10 +170,13 @@ class SnapshotBuilder:
         durations = m.op_task_duration_stats
         kind = self.kinds[op]
         actors = dict(actors_running=0, actors_pending=0, actors_idle=0, tasks_in_flight=0)
+        by_type = ()
         if kind == "actor":
             info = op.get_actor_info()
             actors = dict(actors_running=info.running, actors_pending=info.pending, actors_idle=info.idle,
                           tasks_in_flight=info.tasks_in_flight)
+            pool = busy_time_tracker(op.get_autoscaling_actor_pools()[0])
+            by_type = usage_by_type(pool, self.cluster.node_type)
         rss_per_replica = None
         rss_total = None
         if kind != "other":
@@ -151,6 +206,7 @@ class SnapshotBuilder:
             busy_s=float(m.task_worker_completion_time_s),
             rows_in_done_total=_rows_in_done(m),
             completed=bool(op.has_completed()),
+            by_type=by_type,
             **actors,
         )
 
@@ -167,30 +223,37 @@ def _rows_in_done(m: Any) -> int:
 class ClusterWatch:
     """The cluster as one execution sees it: the executor's global limits, read at every
     snapshot (they are zero until the executor's first resource update), plus GPUs per
-    accelerator type from the cluster's nodes, re-read every ``nodes_every_s`` seconds."""
+    accelerator type and each node's type from the cluster's nodes, re-read every
+    ``nodes_every_s`` seconds."""
 
     def __init__(self, resource_manager: Any, memory_limit_bytes: int | None, *, nodes_every_s: float = 30.0) -> None:
         self.resource_manager = resource_manager
         self.memory_limit_bytes = memory_limit_bytes
         self.nodes_every_s = nodes_every_s
         self._typed: tuple[tuple[str, float], ...] = ()
+        self._typed_cpus: tuple[tuple[str, float], ...] = ()
+        self.node_type: dict[str, str] = {}
+        """Node id -> accelerator type, for the nodes that name one."""
         self._typed_at_s: float | None = None
 
     def view(self, time_s: float) -> ClusterView:
         if self._typed_at_s is None or time_s - self._typed_at_s >= self.nodes_every_s:
-            self._typed, self._typed_at_s = gpus_by_type(), time_s
+            (self._typed, self._typed_cpus, self.node_type), self._typed_at_s = typed_nodes(), time_s
         limits = self.resource_manager.get_global_limits()
         store = limits.object_store_memory
         return ClusterView(cpus=float(limits.cpu), gpus=float(limits.gpu), gpus_by_type=self._typed,
+                           cpus_by_type=self._typed_cpus,
                            object_store_bytes=int(store) if store != float("inf") else None,
                            memory_limit_bytes=self.memory_limit_bytes)
 
 
-def gpus_by_type() -> tuple[tuple[str, float], ...]:
-    """GPUs per accelerator type over the cluster's live nodes."""
+def typed_nodes() -> tuple[tuple[tuple[str, float], ...], tuple[tuple[str, float], ...], dict[str, str]]:
+    """GPUs and CPUs per accelerator type over the cluster's live nodes, and each such node's type."""
     import ray
 
-    out: dict[str, float] = {}
+    gpus: dict[str, float] = {}
+    cpus: dict[str, float] = {}
+    node_type: dict[str, str] = {}
     for node in ray.nodes():
         if not node.get("Alive"):
             continue
@@ -198,5 +261,7 @@ def gpus_by_type() -> tuple[tuple[str, float], ...]:
         for key in res:
             if key.startswith(ACCELERATOR_PREFIX):
                 name = key[len(ACCELERATOR_PREFIX):]
-                out[name] = out.get(name, 0.0) + float(res.get("GPU", 0.0))
-    return tuple(sorted(out.items()))
+                gpus[name] = gpus.get(name, 0.0) + float(res.get("GPU", 0.0))
+                cpus[name] = cpus.get(name, 0.0) + float(res.get("CPU", 0.0))
+                node_type[node["NodeID"]] = name
+    return tuple(sorted(gpus.items())), tuple(sorted(cpus.items())), node_type

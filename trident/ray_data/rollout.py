@@ -144,12 +144,14 @@ def with_batch_size(transformer: Any, batch_size: int) -> Any:
 class Rollout:
     """One rolling update of one actor operator (new actors first, old drained then released)."""
 
-    def __init__(self, *, op: Any, target: OperatorTarget, size: int, pending_guard_s: float = 30.0) -> None:
+    def __init__(self, *, op: Any, target: OperatorTarget, size: int, pending_guard_s: float = 30.0,
+                 node_type: dict[str, str] | None = None) -> None:
         import ray
 
         transformer = with_batch_size(op._map_transformer, target.batch_size) if target.batch_size is not None else None
         self.op = op
         self.pending_guard_s = pending_guard_s
+        self.node_type = node_type or {}
         self.surge_started_s: float | None = None
         self.target = target
         self.size = max(1, size)
@@ -179,9 +181,11 @@ class Rollout:
         """Advance by what is possible now; returns what happened (for the run record).
 
         New actors are started up to the target at once, past Ray Data's per-operator budget
-        (the surge is temporary: each new actor that is up retires an old one). If no new
-        actor has come up ``pending_guard_s`` after the surge began (the cluster has no room
-        for it), one old actor is drained to make room.
+        (the surge is temporary: each new actor that is up retires an old one). Old actors on
+        nodes of the accelerator type the update moves to go first, and at once while new actors
+        wait for room (they hold the GPUs the new ones need). If no new actor has come up
+        ``pending_guard_s`` after the surge began (the cluster has no room for it), one old
+        actor is drained to make room.
         """
         pool = self.pool
         notes: list[str] = []
@@ -194,16 +198,22 @@ class Rollout:
             if self.surge_started_s is None:
                 self.surge_started_s = now_s
         draining = self.old & pool.trident_retiring
-        to_retire = min(len(self.old) - len(draining), max(0, new_running - self.retired))
+        serving = sorted(self.old - pool.trident_retiring, key=lambda a: not self._on_target_type(a))
+        to_retire = min(len(serving), max(0, new_running - self.retired))
+        in_the_way = sum(1 for a in serving if self._on_target_type(a))
+        making_room = min(in_the_way, pool.num_pending_actors())
         stuck = (new_running == 0 and not draining and self.surge_started_s is not None
                  and now_s - self.surge_started_s > self.pending_guard_s)
-        if stuck and to_retire == 0 and self.old:
+        if making_room > to_retire:
+            to_retire = making_room
+        elif stuck and to_retire == 0 and serving:
             to_retire = 1
             self.surge_started_s = now_s
-        for actor in list(self.old - pool.trident_retiring)[:to_retire]:
+        for actor in serving[:to_retire]:
             stop_scheduling(pool, actor)
             self.retired += 1
-            notes.append("draining 1 old actor" + (" to make room" if stuck else ""))
+            room = stuck or self._on_target_type(actor) and making_room
+            notes.append("draining 1 old actor" + (" to make room" if room else ""))
         for actor in list(self.old & pool.trident_retiring):
             state = pool._running_actors.get(actor)
             if state is not None and state.num_tasks_in_flight == 0:
@@ -212,6 +222,12 @@ class Rollout:
                 self.old.discard(actor)
                 notes.append("released 1 drained old actor")
         return notes
+
+    def _on_target_type(self, actor: Any) -> bool:
+        """Whether ``actor`` runs on a node of the accelerator type the update moves to."""
+        t = self.target.accelerator_type
+        state = self.pool._running_actors.get(actor)
+        return t is not None and state is not None and self.node_type.get(state.actor_location) == t
 
     def abandon(self) -> None:
         """Hand the pool back as it is: drained old actors become schedulable again."""

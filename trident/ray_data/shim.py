@@ -247,7 +247,7 @@ class ExecutionShim:
                 size = self.pool_targets.get(op, pool.current_size())
                 if op in self.rollouts:
                     self.rollouts[op].abandon()
-                self.rollouts[op] = Rollout(op=op, target=target, size=size)
+                self.rollouts[op] = Rollout(op=op, target=target, size=size, node_type=self.builder.cluster.node_type)
             change = ", ".join(f"{k}={v}" for k, v in (("batch_size", target.batch_size), ("num_gpus", target.num_gpus),
                                                        ("accelerator_type", target.accelerator_type)) if v is not None)
             self._action(now, target.name, "rollout_started", f"rolling update to {change}", applied=applied)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trident.types import (ClusterView, Decision, OperatorConfig, OperatorSnapshot, OperatorTarget, Plan,
-                           Snapshot)
+                           Snapshot, TypeUsage)
 
 FORMAT_VERSION = 1
 
@@ -114,9 +114,12 @@ class RunRecord:
 
 
 def _snapshot(d: dict[str, Any]) -> Snapshot:
-    ops = tuple(OperatorSnapshot(**{**o, "config": OperatorConfig(**o["config"])}) for o in d["operators"])
+    ops = tuple(OperatorSnapshot(**{**o, "config": OperatorConfig(**o["config"]),
+                                    "by_type": tuple(TypeUsage(**u) for u in o.get("by_type", ()))})
+                for o in d["operators"])
     c = d["cluster"]
-    cluster = ClusterView(**{**c, "gpus_by_type": tuple(tuple(x) for x in c.get("gpus_by_type", ()))})
+    cluster = ClusterView(**{**c, "gpus_by_type": tuple(tuple(x) for x in c.get("gpus_by_type", ())),
+                             "cpus_by_type": tuple(tuple(x) for x in c.get("cpus_by_type", ()))})
     return Snapshot(execution_id=d["execution_id"], seq=d["seq"], time_s=d["time_s"], operators=ops, cluster=cluster,
                     input_rows_total=d.get("input_rows_total"), applied_plan_seq=d.get("applied_plan_seq", 0))
 

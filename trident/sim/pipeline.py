@@ -167,12 +167,16 @@ class PipelineSpec:
 
     def cluster_view(self) -> ClusterView:
         by_type: dict[str, float] = {}
+        cpus_by_type: dict[str, float] = {}
         for n in self.nodes:
             if n.gpus > 0:
-                by_type[n.gpu_type or "gpu"] = by_type.get(n.gpu_type or "gpu", 0.0) + n.count * n.gpus
+                t = n.gpu_type or "gpu"
+                by_type[t] = by_type.get(t, 0.0) + n.count * n.gpus
+                cpus_by_type[t] = cpus_by_type.get(t, 0.0) + n.count * n.cpus
         return ClusterView(cpus=sum(n.count * n.cpus for n in self.nodes),
                            gpus=sum(n.count * n.gpus for n in self.nodes),
-                           gpus_by_type=tuple(sorted(by_type.items())), memory_limit_bytes=self.memory_limit_bytes)
+                           gpus_by_type=tuple(sorted(by_type.items())),
+                           cpus_by_type=tuple(sorted(cpus_by_type.items())), memory_limit_bytes=self.memory_limit_bytes)
 
 
 @dataclass

@@ -34,6 +34,33 @@ def busy_rate(tr: OperatorTrack, key: ConfigKey, min_busy_s: float) -> float | N
     return rows / busy
 
 
+MIN_TYPED_TASKS = 4
+"""Finished tasks on an accelerator type before the pool's rate there is planned with."""
+
+
+def typed_rates(tr: OperatorTrack, key: ConfigKey, min_busy_s: float) -> dict[str, float]:
+    """Output rows per busy replica-second of an unpinned pool on each accelerator type its
+    actors ran on since the regime began (:attr:`OperatorSnapshot.by_type`): its finished tasks
+    there times its rows per task, over its busy time there."""
+    snaps = [o for t, o in tr.snaps if t >= tr.regime_start_s and key_of(o.config) == key and o.by_type]
+    if len(snaps) < 2:
+        return {}
+    first, last = snaps[0], snaps[-1]
+    tasks = last.tasks_finished - first.tasks_finished
+    if tasks <= 0:
+        return {}
+    per_task = (last.rows_out_total - first.rows_out_total) / tasks
+    before = {u.accelerator_type: u for u in first.by_type}
+    out = {}
+    for u in last.by_type:
+        b = before.get(u.accelerator_type)
+        n = u.tasks_finished - (b.tasks_finished if b else 0)
+        busy = u.busy_s - (b.busy_s if b else 0.0)
+        if n >= MIN_TYPED_TASKS and busy >= min_busy_s and per_task > 0:
+            out[u.accelerator_type] = n * per_task / busy
+    return out
+
+
 def rate(tr: OperatorTrack, op: OperatorSnapshot, key: ConfigKey, settings: TridentSettings) -> Estimate:
     """Output rows per busy replica-second of ``op`` under ``key``, and where it came from: the
     median of the configuration's rate windows once there are ``min_rate_windows``, else its

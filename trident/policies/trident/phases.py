@@ -83,6 +83,9 @@ class Phases:
         return frozenset(st.operator for st in self.current)
 
     def settling(self, snap: Snapshot) -> list[RolloutStep]:
+        """The phase's steps not reached yet (all of them until the executor has applied it)."""
+        if snap.applied_plan_seq < self.plan_seq:
+            return list(self.current)
         byname = {o.name: o for o in snap.operators}
         return [st for st in self.current if st.operator in byname and _settling(byname[st.operator], st)]
 

@@ -46,12 +46,20 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
     cluster = snap.cluster
     if cluster.cpus <= 0:
         return Planning(None, {}, "observing: the cluster's size is not known yet")
-    typed = dict(cluster.gpus_by_type)
+    typed = {t: g for t, g in cluster.gpus_by_type if g > 0}
     gpu_ops = [o for o in ops if o.config.num_gpus > 0]
-    per_type = bool(typed) and all(o.config.accelerator_type in typed for o in gpu_ops)
+    # an unpinned pool's rate on each type its actors ran on; planned per type once every
+    # type it holds actors on is measured
+    seen = {o.name: estimates.typed_rates(tracks[o.name], key_of(o.config), settings.min_busy_s)
+            for o in gpu_ops if o.config.accelerator_type is None}
+    per_type = bool(typed) and all(o.config.accelerator_type in typed
+                                   or (seen.get(o.name) and {u.accelerator_type for u in o.by_type if u.actors}
+                                       <= set(seen[o.name])) for o in gpu_ops)
     nodes = [NodeType(name=CPU, count=1, cpus=cluster.cpus)]
     if per_type:
-        nodes += [NodeType(name=t, count=1, cpus=cluster.cpus, gpus=g, gpu_type=t) for t, g in typed.items() if g > 0]
+        cpus_of = dict(cluster.cpus_by_type)
+        nodes += [NodeType(name=t, count=1, cpus=min(cpus_of.get(t, cluster.cpus), cluster.cpus), gpus=g, gpu_type=t)
+                  for t, g in typed.items()]
     elif cluster.gpus > 0:
         nodes.append(NodeType(name=ANY_GPU, count=1, cpus=cluster.cpus, gpus=cluster.gpus))
     specs, current, rates, missing = [], {}, {}, []
@@ -85,15 +93,21 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
             hi = cap if hi is None else min(hi, cap)
         rates[o.name] = Estimate(rate_in, source)
         heap = estimates.heap(tr, key, settings) or (heap_prior if o.config.kind == "actor" else 0.0)
-        options = [DeviceOption(device=device, rate_rows_per_s=rate_in, cpus=o.config.num_cpus,
-                                gpus=o.config.num_gpus, memory_bytes=int(heap))]
-        if per_type and device != CPU and rate_out is not None:
-            options += _typed_options(tr, o, key, typed, device, sels[i], settings)
+        if per_type and o.name in seen:  # unpinned: an option per type it was measured on, split as it runs
+            options = [DeviceOption(device=t, rate_rows_per_s=(r / sels[i] if rate_out is not None else rate_in),
+                                    cpus=o.config.num_cpus, gpus=o.config.num_gpus, memory_bytes=int(heap))
+                       for t, r in sorted(seen[o.name].items())]
+            current.update({(o.name, t, t): n for t, n in _split(o, replicas, seen[o.name]).items()})
+        else:
+            options = [DeviceOption(device=device, rate_rows_per_s=rate_in, cpus=o.config.num_cpus,
+                                    gpus=o.config.num_gpus, memory_bytes=int(heap))]
+            if per_type and device != CPU and rate_out is not None:
+                options += _typed_options(tr, o, key, typed, device, sels[i], settings)
+            current[(o.name, device, CPU if device == CPU else device)] = replicas
         specs.append(OperatorSpec(name=o.name, options=tuple(options), selectivity=sels[i],
                                   min_replicas=lo, max_replicas=hi,
                                   cold_start_s=estimates.cold_start_s(tr, o, settings),
-                                  single_device=o.config.kind == "actor"))
-        current[(o.name, device, CPU if device == CPU else device)] = replicas
+                                  single_device=o.config.kind == "actor" and o.name not in seen))
     if len(missing) == len(ops):
         return Planning(None, rates, f"observing: no throughput measured yet for {', '.join(missing)}")
     specs = bound_held(specs, factors, slots=cluster.cpus + cluster.gpus)
@@ -105,6 +119,15 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
     if left_s is not None:  # a cold start is amortised over the work left, at most the horizon
         problem = replace(problem, horizon_s=max(min(settings.horizon_s, left_s), 1.0))
     return Planning(problem, rates)
+
+
+def _split(o: OperatorSnapshot, replicas: int, measured: dict[str, float]) -> dict[str, int]:
+    """An unpinned pool's replicas per accelerator type: its running actors where they run, the
+    rest (pending) on the type holding most of them."""
+    out = {u.accelerator_type: u.actors for u in o.by_type if u.actors and u.accelerator_type in measured}
+    most = max(out, key=lambda t: (out[t], t)) if out else min(measured)
+    out[most] = out.get(most, 0) + max(replicas - sum(out.values()), 0)
+    return out
 
 
 def _typed_options(tr: OperatorTrack, o: OperatorSnapshot, key: ConfigKey, typed: dict[str, float], device: str,
@@ -152,13 +175,19 @@ def remaining_s(snap: Snapshot, problem: PlacementProblem, tracks: dict[str, Ope
 
 
 def targets(ops: list[OperatorSnapshot], alloc: Allocation) -> tuple[OperatorTarget, ...]:
-    """The allocation's changes as operator targets (replicas, and accelerator type where it moves)."""
+    """The allocation's changes as operator targets (replicas, and accelerator type where it
+    moves). An unpinned pool is pinned only when the plan puts all its replicas on one type and
+    some of them run elsewhere now; a split plan leaves it unpinned."""
     out = []
     for o in ops:
         if o.config.replicas is None:
             continue
         n = alloc.replicas(o.name)
-        device = next(iter(alloc.by_device(o.name)), None)
+        devices = [d for d, c in alloc.by_device(o.name).items() if c > 0]
+        device = devices[0] if len(devices) == 1 else None
+        if o.config.accelerator_type is None and o.by_type and device is not None:
+            elsewhere = any(u.actors for u in o.by_type if u.accelerator_type != device)
+            device = device if elsewhere else None
         if device not in (None, CPU, ANY_GPU) and device != o.config.accelerator_type:
             out.append(OperatorTarget(name=o.name, replicas=n, accelerator_type=device))
         elif n != o.config.replicas:
