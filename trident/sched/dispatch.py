@@ -13,7 +13,9 @@ row). Under a preemptive policy a blocked job may evict lower-ranked running job
 GPU models it allows: the lowest-ranked (then the latest started) are released on a
 what-if copy of the capacity until the job fits (at most ``max_victims``), victims it
 does not need are spared (highest-ranked first), and the preemptor is asked about each
-remaining victim. All must answer ``PREEMPT_NOW``; a ``DO_NOT`` is not asked again
+remaining victim. An *elastic* job (a pipeline) is a victim under any policy other
+than ``never`` preemption: evicting it shrinks it to its minimum and frees only what it
+holds above that (:meth:`PassHost.releasable`). All must answer ``PREEMPT_NOW``; a ``DO_NOT`` is not asked again
 until the running set changes or a job arrives (:meth:`SchedulingPass.note_change`);
 a ``DELAY_UNTIL`` asks the host for a pass at the earliest time given.
 """
@@ -68,7 +70,15 @@ class PassHost(Protocol):
         """Start a queued job on ``alloc`` (and take its capacity)."""
 
     def evict(self, job_ids: Sequence[str], now: float, reason: str) -> None:
-        """Stop running jobs, free their capacity and queue them again."""
+        """Stop running jobs (or shrink elastic ones), free what :meth:`releasable` names,
+        and queue the stopped jobs again."""
+
+    def releasable(self, view: JobView) -> Allocation | None:
+        """What evicting a running job frees: its allocation, or for an elastic job what it
+        holds above its minimum (``None`` when nothing)."""
+
+    def is_elastic(self, job_id: str) -> bool:
+        """Whether evicting the job shrinks it rather than stopping it."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +104,8 @@ class SchedulingPass:
         self.rng = rng
         self.config = config or PassConfig()
         self.preemptive = bool(getattr(policy, "preemptive", False)) and preemptor is not None
+        self.shrinks = preemptor is not None and getattr(preemptor, "name", "") != "never"
+        """Elastic jobs may be shrunk for a blocked job (under non-preemptive policies too)."""
         self._epoch = 0
         self._refused: dict[str, int] = {}
 
@@ -114,7 +126,7 @@ class SchedulingPass:
                            free_gpus_by_model=cap.free_gpus_by_model(), queue_length=len(host.queue),
                            capacity=cap)
         ordered = self.policy.order(state, self.rng)
-        rank = {jid: k for k, jid in enumerate(ordered)} if self.preemptive else {}
+        rank = {jid: k for k, jid in enumerate(ordered)} if self.shrinks else {}
         failures = 0
         checks = 0
         # Within a pass free capacity only shrinks (until a preemption), so a job shaped like one
@@ -134,7 +146,7 @@ class SchedulingPass:
                     continue
                 misfits.add(shape)
                 failures += 1
-            if self.preemptive and checks < cfg.max_preempt_checks and self._refused.get(jid) != self._epoch:
+            if self.shrinks and checks < cfg.max_preempt_checks and self._refused.get(jid) != self._epoch:
                 checks += 1
                 if self._try_preempt(host, view, rank, state, now, started, decisions, wakes):
                     misfits.clear()
@@ -154,15 +166,21 @@ class SchedulingPass:
         job = blocked.job
         last = len(rank)
         mine = rank[blocked.job_id]
-        cands = [v for v in host.running.values()
-                 if rank.get(v.job_id, last) > mine and job.allows(v.allocation.gpu_model)]
-        if not cands:
+        frees = {}
+        for v in host.running.values():
+            if v.allocation is not None and rank.get(v.job_id, last) > mine and job.allows(v.allocation.gpu_model) and (
+                    self.preemptive or host.is_elastic(v.job_id)):
+                alloc = host.releasable(v)
+                if alloc is not None:
+                    frees[v.job_id] = alloc
+        if not frees:
             return None
-        cands.sort(key=lambda v: (-rank.get(v.job_id, last), -v.as_of_s, v.job_id))
+        cands = sorted((v for v in host.running.values() if v.job_id in frees),
+                       key=lambda v: (-rank.get(v.job_id, last), -v.as_of_s, v.job_id))
         what_if = host.capacity.copy()
         chosen: list[JobView] = []
         for v in cands:
-            what_if.release(v.job, v.allocation)
+            what_if.release(v.job, frees[v.job_id])
             chosen.append(v)
             if what_if.may_fit(job) and self.placer.place(job, what_if) is not None:
                 break
@@ -174,11 +192,11 @@ class SchedulingPass:
         for v in sorted(chosen, key=lambda v: rank.get(v.job_id, last)):
             if len(chosen) == 1:
                 break
-            what_if.allocate(v.job, v.allocation)
+            what_if.allocate(v.job, frees[v.job_id])
             if what_if.may_fit(job) and self.placer.place(job, what_if) is not None:
                 chosen.remove(v)
             else:
-                what_if.release(v.job, v.allocation)
+                what_if.release(v.job, frees[v.job_id])
         return chosen
 
     def _try_preempt(self, host: PassHost, blocked: JobView, rank: Mapping[str, int], state: SchedState,

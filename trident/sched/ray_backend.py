@@ -9,6 +9,9 @@ attempt is pinned to the node the placer chose (``NodeAffinitySchedulingStrategy
 from __future__ import annotations
 
 import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -104,18 +107,27 @@ class RayBackend:
                                   scheduling_strategy=where)
         return Attempt(ref=task.remote(fn, args, kwargs))
 
-    def wait(self, refs: Sequence[Any], timeout_s: float) -> list[Any]:
-        """The refs of ``refs`` that are ready within ``timeout_s`` (sleeps when there are none)."""
-        if not refs:
-            import time
+    def launch_pipeline(self, fn: Any, args: tuple, kwargs: dict, *, name: str, budget_gpus: float,
+                        autoscale: dict) -> Any:
+        """Run a pipeline in a driver thread (see :class:`~trident.sched.pipelines.PipelineRun`)."""
+        from trident.sched.pipelines import PipelineRun
 
-            time.sleep(timeout_s)
-            return []
-        ready, _ = self.ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
-        return ready
+        return PipelineRun(fn, args, kwargs, name=name, budget_gpus=budget_gpus, autoscale=autoscale)
+
+    def wait(self, refs: Sequence[Any], timeout_s: float) -> list[Any]:
+        """The refs (Ray object refs, or pipelines' futures) of ``refs`` that are ready within
+        ``timeout_s`` (sleeps when there are none)."""
+        futures = [r for r in refs if isinstance(r, Future)]
+        objects = [r for r in refs if not isinstance(r, Future)]
+        if objects:
+            ready, _ = self.ray.wait(objects, num_returns=len(objects), timeout=timeout_s)
+        else:
+            ready = []
+            wait_futures(futures, timeout=timeout_s, return_when=FIRST_COMPLETED) if futures else time.sleep(timeout_s)
+        return ready + [f for f in futures if f.done()]
 
     def get(self, ref: Any) -> Any:
-        return self.ray.get(ref)
+        return ref.result() if isinstance(ref, Future) else self.ray.get(ref)
 
     def save(self, attempt: Attempt) -> tuple[str, Any] | None:
         """Ask a trainable attempt to checkpoint and stop: its ("done" | "preempted", value),
@@ -128,7 +140,7 @@ class RayBackend:
 
     def kill(self, attempts: Sequence[Attempt], *, wait: bool = True) -> None:
         """Stop ``attempts`` at once (workers killed); with ``wait``, until they are gone."""
-        refs = [a.ref for a in attempts]
+        refs = [a.ref for a in attempts if not isinstance(a.ref, Future)]
         for a in attempts:
             try:
                 if a.actor is not None:

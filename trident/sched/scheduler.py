@@ -7,7 +7,9 @@ evicted, a node came or went, a delayed preemption question is due, or (preempti
 policies) every ``tick_s``. Between passes it waits for attempts to end.
 
 A plain callable runs as a Ray task; preempting it kills the task and it restarts from
-the beginning later. A trainable (``setup``/``step``/``checkpoint``/``restore``, see
+the beginning later. A pipeline (:meth:`JobScheduler.submit_pipeline`) is elastic: it
+holds its minimum GPUs, is lent free GPUs up to its maximum while no job waits, and
+preempting it shrinks it back to its minimum (see :mod:`trident.sched.pipelines`). A trainable (``setup``/``step``/``checkpoint``/``restore``, see
 :mod:`trident.sched.ray_backend`) runs in an actor: preempting it saves a checkpoint
 the next attempt restores, and its setup time is observed. Nodes come and go: a job
 whose node died is queued again and restarted on a live node.
@@ -22,7 +24,7 @@ import itertools
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Callable, Sequence
 
@@ -34,6 +36,7 @@ from trident.sched.base import (JOB_POLICIES, PLACERS, PREEMPTORS, Allocation, E
 from trident.sched.capacity import Cluster
 from trident.sched.cluster_view import rebuild
 from trident.sched.dispatch import Decision, PassConfig, SchedulingPass
+from trident.sched.pipelines import PipelineRun, combine, free_devices
 from trident.sched.ray_backend import Attempt, is_trainable
 
 _PREEMPTION = ("never", "eager", "lazy")
@@ -70,6 +73,8 @@ class JobRecord:
     state: JobState = JobState.QUEUED
     attempts: int = 0
     preemptions: int = 0
+    futile_preemptions: int = 0
+    """Preemptions while the job (or a pipeline's new actors) was still setting up."""
     node_failures: int = 0
     wait_s: float = 0.0
     attained_s: float = 0.0
@@ -84,6 +89,16 @@ class JobRecord:
     observed_setup_s: list[float] = field(default_factory=list)
     checkpoint: Any = None
     checkpoints: int = 0
+    max_gpus: float | None = None
+    """A pipeline's most GPUs (``None`` for a job); its minimum is ``job.num_gpus``."""
+    autoscale: dict | None = None
+    pipeline: PipelineRun | None = None
+    autoscale_run: Any = None
+    """A pipeline's ``trident.autoscale`` run (its record: budget actions, drains), kept after it ends."""
+    base_allocation: Allocation | None = None
+    extra: Allocation | None = None
+    """GPUs lent to a running pipeline above its minimum."""
+    cold_since: float | None = None
     result: Any = None
     error: BaseException | None = None
     events: list[tuple[float, str]] = field(default_factory=list)
@@ -95,6 +110,11 @@ class JobRecord:
     @property
     def ref(self) -> Any:
         return self.attempt.ref if self.attempt is not None else None
+
+    @property
+    def budget_gpus(self) -> float:
+        """GPUs a running pipeline may hold now (its minimum plus what is lent)."""
+        return self.job.num_gpus + (self.extra.gpu_milli / 1000 if self.extra is not None else 0.0)
 
 
 class JobScheduler:
@@ -183,8 +203,26 @@ class JobScheduler:
             self._enqueue(r)
             self._predictor.observe(now)
             self._pass.note_change()
-            if self._pass.preemptive or self._cluster is None or self._cluster.may_fit(job):
+            if self._may_evict() or self._cluster is None or self._cluster.may_fit(job):
                 self._pass_due = True
+        return job_id
+
+    def submit_pipeline(self, fn: Callable[..., Any], *args, min_gpus: float = 1.0, max_gpus: float,
+                        name: str | None = None, gpu_models: tuple[str, ...] = (), priority: int = 0,
+                        setup_s: float | None = None, expected_duration_s: float = 1.0,
+                        autoscale: dict | None = None, **kwargs) -> str:
+        """Queue a pipeline: ``fn(*args, **kwargs)`` builds and runs a Ray Data pipeline; it runs
+        in a driver thread under ``trident.autoscale(**autoscale)`` with a GPU budget between
+        ``min_gpus`` (held like a job's GPUs) and ``max_gpus`` (whole GPUs lent while no job
+        waits). Preempting it shrinks it to ``min_gpus``; it grows back when GPUs are free."""
+        if not (isinstance(max_gpus, (int, float)) and max_gpus >= min_gpus and float(max_gpus).is_integer()):
+            raise ConfigError("max_gpus", max_gpus, f"a whole number of GPUs >= min_gpus ({min_gpus})")
+        job_id = self.submit(fn, *args, num_gpus=min_gpus, name=name, gpu_models=gpu_models, priority=priority,
+                             setup_s=setup_s, expected_duration_s=expected_duration_s, **kwargs)
+        with self._lock:
+            r = self._records[job_id]
+            r.max_gpus = float(max_gpus)
+            r.autoscale = dict(autoscale or {})
         return job_id
 
     def cancel(self, job_id: str) -> bool:
@@ -199,6 +237,8 @@ class JobScheduler:
             r = self._records[job_id]
             if r.state.terminal:
                 return False
+            if r.state is JobState.RUNNING and r.max_gpus is not None:
+                raise TridentError(f"{job_id} is a running pipeline: it cannot be cancelled, it runs to its end")
             if r.state is JobState.RUNNING:
                 self._kill([r])
             self._finish(r, JobState.CANCELLED, "cancelled")
@@ -270,8 +310,15 @@ class JobScheduler:
         r = self._records[job_id]
         self._cluster.allocate(r.job, alloc)
         node_id = alloc.node_ids[0]
-        r.attempt = self._backend.launch(r.fn, r.args, r.kwargs, name=job_id, num_gpus=r.job.num_gpus,
-                                         num_cpus=r.job.cpus, node_id=node_id, state=r.checkpoint)
+        if r.max_gpus is not None:
+            r.pipeline = self._backend.launch_pipeline(r.fn, r.args, r.kwargs, name=job_id,
+                                                       budget_gpus=r.job.num_gpus, autoscale=r.autoscale)
+            r.attempt = Attempt(ref=r.pipeline.future)
+            r.autoscale_run = r.pipeline.run
+            r.base_allocation, r.extra, r.cold_since = alloc, None, now
+        else:
+            r.attempt = self._backend.launch(r.fn, r.args, r.kwargs, name=job_id, num_gpus=r.job.num_gpus,
+                                             num_cpus=r.job.cpus, node_id=node_id, state=r.checkpoint)
         del self.queue[job_id]
         r.state = JobState.RUNNING
         r.allocation = alloc
@@ -288,6 +335,10 @@ class JobScheduler:
         """Preempt: a trainable past its setup saves a checkpoint; the others are killed."""
         records = []
         for r in (self._records[j] for j in job_ids):
+            r.futile_preemptions += self.running[r.job.job_id].in_setup(now)
+            if r.max_gpus is not None:
+                self._shrink(r, now, reason)
+                continue
             outcome = None
             if is_trainable(r.fn) and r.setup_ends_at is not None:
                 outcome = self._backend.save(r.attempt)
@@ -308,6 +359,72 @@ class JobScheduler:
             r.events.append((r.enqueued_at, f"preempted ({reason})"))
             self._enqueue(r)
 
+    def releasable(self, view: JobView) -> Allocation | None:
+        r = self._records[view.job_id]
+        return r.extra if r.max_gpus is not None else view.allocation
+
+    def is_elastic(self, job_id: str) -> bool:
+        return self._records[job_id].max_gpus is not None
+
+    def _may_evict(self) -> bool:
+        """Can a pass evict anything (so that every arrival is worth a pass)?"""
+        return self._pass.preemptive or (self._pass.shrinks and any(r.max_gpus is not None
+                                                                    for r in self.running_records()))
+
+    # --- pipelines -----------------------------------------------------------------
+    def _shrink(self, r: JobRecord, now: float, reason: str) -> None:
+        """Preempting a pipeline: give back what it holds above its minimum (pools drain)."""
+        self._cluster.release(r.job, r.extra)
+        r.extra = None
+        r.allocation = r.base_allocation
+        r.pipeline.set_budget(r.budget_gpus)
+        r.preemptions += 1
+        r.events.append((now, f"shrunk to {r.budget_gpus:g} GPU(s) ({reason})"))
+        self.running[r.job.job_id] = self._view(r)
+        self._pass.note_change()
+
+    def _grow(self, now: float) -> None:
+        """Lend free whole GPUs to running pipelines below their maximum, while no job waits."""
+        if self.queue:
+            return
+        for r in self.running_records():
+            if r.max_gpus is None or r.base_allocation is None or r.budget_gpus >= r.max_gpus:
+                continue
+            model = r.base_allocation.gpu_model
+            free = int(self._cluster.free_full_gpus(model).sum())
+            more = free_devices(self._cluster, model, min(free, int(r.max_gpus - r.budget_gpus)),
+                                prefer=r.base_allocation.node_ids)
+            if more is None:
+                continue
+            self._cluster.allocate(r.job, more)
+            r.extra = more if r.extra is None else Allocation(
+                gpu_model=model, devices=r.extra.devices + more.devices,
+                node_ids=combine(r.extra, more).node_ids, reason=more.reason)
+            r.allocation = combine(r.base_allocation, r.extra)
+            r.pipeline.set_budget(r.budget_gpus)
+            r.events.append((now, f"grown to {r.budget_gpus:g} GPU(s): free GPUs and no job waiting"))
+            self.running[r.job.job_id] = self._view(r)
+            self._pass.note_change()
+
+    def _watch_pipelines(self, now: float) -> None:
+        """Observe each running pipeline's cold start: it is setting up while GPU actors start."""
+        for r in self.running_records():
+            if r.pipeline is None:
+                continue
+            run = r.pipeline.run
+            if run.rewarm_s is not None:
+                r.setup_s = run.rewarm_s
+            if run.cold_starting and r.cold_since is None:
+                r.cold_since = now
+            elif not run.cold_starting and r.cold_since is not None and any(e.snapshots for e in run.executions):
+                r.cold_since = None
+                r.setup_ends_at = now
+                r.observed_setup_s.append(r.setup_s)
+                r.events.append((now, f"warm (actors started in {r.setup_s:.1f} s)"))
+            elif r.cold_since is None:
+                continue
+            self.running[r.job.job_id] = self._view(r)
+
     # --- internals -----------------------------------------------------------------
     def _all(self) -> list[JobRecord]:
         with self._lock:
@@ -325,6 +442,8 @@ class JobScheduler:
     def _view(self, r: JobRecord) -> JobView:
         if r.state is JobState.RUNNING:
             ends = r.setup_ends_at if r.setup_ends_at is not None else r.started_at + r.setup_s
+            if r.cold_since is not None:  # a pipeline whose actors are starting: setting up
+                ends = max(r.cold_since + r.setup_s, self._now() + self.poll_s)
             return JobView(job=r.job, running=True, as_of_s=r.started_at, wait_base_s=r.wait_s,
                            attained_base_s=r.attained_s, setup_ends_s=ends, expected_setup_s=r.setup_s,
                            preemptions=r.preemptions, allocation=r.allocation,
@@ -335,6 +454,7 @@ class JobScheduler:
     def _step(self) -> None:
         """Run a pass if one is due (lock held), then plan the next tick."""
         now = self._now()
+        self._watch_pipelines(now)
         while self._due and self._due[0] <= now:
             t = heapq.heappop(self._due)
             if t == self._tick_at:
@@ -349,6 +469,7 @@ class JobScheduler:
                 for t in out.wake_at_s:
                     if t not in self._due:
                         heapq.heappush(self._due, t)
+            self._grow(now)
         if (self._pass.preemptive and self.tick_s is not None and self._tick_at is None
                 and self.queue and self.running):
             self._tick_at = now + self.tick_s
@@ -365,15 +486,23 @@ class JobScheduler:
         old = self._cluster
         if old is not None and {n.node_id for n in nodes if n.num_gpus > 0} == {n.node_id for n in old.nodes}:
             return
-        running = {r.job.job_id: r for r in self.running_records()}
+        running = {r.job.job_id: r for r in self.running_records() if r.allocation is not None}
         view = rebuild(nodes, old.nodes if old is not None else (),
                        {jid: (r.job, r.allocation) for jid, r in running.items()})
         self._cluster = view.cluster
         self._pass_due = True
         for jid, alloc in view.allocations.items():
-            running[jid].allocation = alloc
-            self.running[jid] = self._view(running[jid])
-        lost = [running[jid] for jid in view.lost]
+            r = running[jid]
+            r.allocation = alloc
+            if r.base_allocation is not None:  # a pipeline: its minimum first, then what is lent
+                k = len(r.base_allocation.devices)
+                r.base_allocation = replace(r.base_allocation, devices=alloc.devices[:k])
+                r.extra = replace(r.extra, devices=alloc.devices[k:]) if r.extra is not None else None
+            self.running[jid] = self._view(r)
+        for r in (running[jid] for jid in view.lost if running[jid].max_gpus is not None):
+            r.allocation = r.base_allocation = r.extra = None  # Ray Data replaces its lost actors itself
+            r.events.append((now, "a node it held GPUs on left; its GPUs are no longer booked"))
+        lost = [running[jid] for jid in view.lost if running[jid].max_gpus is None]
         self._kill(lost, wait=False, release=False)
         for r in lost:
             self._requeue_lost(r, "its node left the cluster")
@@ -391,11 +520,12 @@ class JobScheduler:
 
     def _stop(self, r: JobRecord, *, release: bool = True) -> None:
         """Book the end of ``r``'s attempt; ``release`` gives its capacity back to the view."""
-        if release and self._cluster is not None:
+        if release and self._cluster is not None and r.allocation is not None:
             self._cluster.release(r.job, r.allocation)
         r.attained_s += self._now() - r.started_at
         r.attempt = None
-        r.allocation = None
+        r.allocation = r.base_allocation = r.extra = None
+        r.pipeline = r.cold_since = None
         self.running.pop(r.job.job_id, None)
         self._pass.note_change()
         self._pass_due = True
@@ -414,7 +544,7 @@ class JobScheduler:
         r.events.append((r.finished_at, event))
 
     def _time_out(self, timeout_s: float) -> None:
-        running = self.running_records()
+        running = [r for r in self.running_records() if r.max_gpus is None]  # pipelines run to their end
         self._kill(running)
         for r in running:
             self._finish(r, JobState.CANCELLED, f"cancelled: run timed out after {timeout_s} s")
@@ -447,7 +577,7 @@ class JobScheduler:
                     continue
                 r.error = exc  # the job's own failure: recorded, reported at the end
             else:
-                r.result = value[1] if a.actor is not None else value
+                r.result = value[1] if a.actor is not None else value  # a trainable's ("done", result)
             if a.actor is not None:
                 self._backend.kill([a], wait=False)
             self._stop(r)

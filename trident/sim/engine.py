@@ -154,6 +154,12 @@ class _Host:
     def __init__(self, capacity, queue, running, start, evict) -> None:
         self.capacity, self.queue, self.running, self.start, self.evict = capacity, queue, running, start, evict
 
+    def releasable(self, view: JobView) -> Allocation | None:
+        return view.allocation
+
+    def is_elastic(self, job_id: str) -> bool:
+        return False
+
 
 class Simulator:
     """Replays jobs through one policy, placer and (optional) preemptor.
