@@ -117,4 +117,6 @@ def test_a_pipeline_shrinks_for_a_higher_priority_job_and_grows_back(cluster, tm
     assert "preempted for urgent" in next(e for _, e in pipe.events if e.startswith("shrunk"))
     actions = [a for e in pipe.autoscale_run.executions for a in e.actions]
     assert any(a.kind == "budget" and "GPU budget 1" in a.detail for a in actions)
-    assert any(a.kind == "drain" for a in actions)
+    # Ray granted the urgent job 3 of the node's 4 GPUs while the pipeline still ran (its second
+    # half waited for the release): the pool had really given its actors back.
+    assert urgent.state is JobState.SUCCEEDED and urgent.finished_at < pipe.finished_at
