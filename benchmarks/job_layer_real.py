@@ -6,11 +6,11 @@ Cluster (``ray.cluster_utils.Cluster``, logical GPUs): a head without GPUs, one 
 the policies is scaled by ``SCALE`` = 1/120, so the scenario's ~2 minutes stand for ~4
 hours of a production cluster):
 
-- 3 pipelines on type-B GPUs, arriving at 0, 6 and 14 s: ``ray.data.range`` rows (1,000
+- 3 pipelines on type-B GPUs (at most 4, 2 and 2), arriving at 0, 6 and 14 s: ``ray.data.range`` rows (1,000
   characters each) through a GPU stage that follows the measured ``embed`` cost curve of
   ``trident/demos/calibration.json`` (a calibrated stand-in; time scaled by 0.25, no memory
   held), 20 rows a batch, an actor pool of 1..max_gpus actors of 1 GPU;
-- 6 training stand-ins arriving every 4 s (1-4 GPUs, 6-25 s of 0.1 s steps after a 2-3 s
+- 6 training stand-ins arriving every 4 s (1-3 GPUs, 6-25 s of 0.1 s steps after a 2-3 s
   setup). For FIFO and Tiresias they are plain Ray tasks (a preemption kills and restarts
   them from zero); for trident they are trainables whose preemption checkpoints.
 
@@ -31,6 +31,7 @@ import os
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,10 +57,10 @@ class Arrival:
 
 
 WORKLOAD = (
-    Arrival(0, "pipe-1", 3, rows=800), Arrival(0, "train-1", 2, steps=200, setup_s=3),
-    Arrival(4, "train-2", 4, steps=250, setup_s=3), Arrival(6, "pipe-2", 2, rows=600),
+    Arrival(0, "pipe-1", 4, rows=800), Arrival(0, "train-1", 2, steps=200, setup_s=3),
+    Arrival(4, "train-2", 3, steps=250, setup_s=3), Arrival(6, "pipe-2", 2, rows=600),
     Arrival(8, "train-3", 1, steps=80, setup_s=2), Arrival(12, "train-4", 2, steps=150, setup_s=3),
-    Arrival(14, "pipe-3", 2, rows=600), Arrival(16, "train-5", 3, steps=200, setup_s=3),
+    Arrival(14, "pipe-3", 2, rows=600), Arrival(16, "train-5", 2, steps=200, setup_s=3),
     Arrival(20, "train-6", 1, steps=60, setup_s=2),
 )
 
@@ -189,13 +190,16 @@ def row(name: str, sched, results: dict) -> dict:
         elif r.observed_setup_s:
             wasted += sum(r.observed_setup_s[1:]) * r.job.num_gpus  # re-setups after a checkpoint
         else:
-            wasted += (r.attained_s - (r.finished_at - r.started_at)) * r.job.num_gpus  # killed attempts
+            wasted += max(0.0, r.attained_s - (r.finished_at - r.started_at)) * r.job.num_gpus  # killed attempts
     makespan = max(sched.record(a.name).finished_at for a in WORKLOAD) - first
     return {"policy": name, "avg_jct_s": round(float(np.mean(jct)), 2), "max_jct_s": round(float(np.max(jct)), 2),
             "makespan_s": round(makespan, 2), "preemptions": preemptions, "futile_preemptions": futile,
             "pipeline_shrinks": shrinks, "wasted_gpu_s": round(wasted, 2),
             "wasted_gpu_pct": round(100 * wasted / max(held, 1e-9), 2), "pipelines_rows_exact": rows_bad == 0,
-            "jobs": len(WORKLOAD), "jct_s": {a.name: round(j, 2) for a, j in zip(WORKLOAD, jct)}}
+            "jobs": len(WORKLOAD), "jct_s": {a.name: round(j, 2) for a, j in zip(WORKLOAD, jct)},
+            "verdicts": dict(Counter(d[3] for d in sched.decisions)),
+            "first_reasons": [f"{d[0]:.1f} s {d[1]} vs {d[2]}: {d[4]}" for d in list(sched.decisions)[:6]],
+            "events": {a.name: [f"{t:.1f} s {e}" for t, e in sched.record(a.name).events] for a in WORKLOAD}}
 
 
 def run_sim(name: str) -> dict:

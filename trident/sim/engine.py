@@ -19,7 +19,6 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Callable, Sequence
 
 import numpy as np
