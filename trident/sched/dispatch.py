@@ -15,7 +15,9 @@ what-if copy of the capacity until the job fits (at most ``max_victims``), victi
 does not need are spared (highest-ranked first), and the preemptor is asked about each
 remaining victim. An *elastic* job (a pipeline) is a victim under any policy other
 than ``never`` preemption: evicting it shrinks it to its minimum and frees only what it
-holds above that (:meth:`PassHost.releasable`). All must answer ``PREEMPT_NOW``; a ``DO_NOT`` is not asked again
+holds above that (:meth:`PassHost.releasable`); under a non-preemptive policy the
+queued jobs it did not rank (it chose to wait) may still take back what pipelines were
+lent. All must answer ``PREEMPT_NOW``; a ``DO_NOT`` is not asked again
 until the running set changes or a job arrives (:meth:`SchedulingPass.note_change`);
 a ``DELAY_UNTIL`` asks the host for a pass at the earliest time given.
 """
@@ -154,6 +156,15 @@ class SchedulingPass:
                     continue
             if failures >= cfg.max_scan_failures:
                 break
+        if self.shrinks and not self.preemptive and any(host.is_elastic(j) for j in host.running):
+            # GPUs lent to pipelines go back to waiting jobs the policy did not rank (it waits).
+            for jid in [j for j in host.queue if j not in rank]:
+                if checks >= cfg.max_preempt_checks:
+                    break
+                if self._refused.get(jid) != self._epoch and jid in host.queue:
+                    checks += 1
+                    rank[jid] = len(rank)
+                    self._try_preempt(host, host.queue[jid], rank, state, now, started, decisions, wakes)
         return PassOutcome(tuple(started), tuple(decisions), tuple(wakes))
 
     def _start(self, host: PassHost, jid: str, alloc: Allocation, now: float, started: list[str]) -> None:
@@ -164,7 +175,7 @@ class SchedulingPass:
     def victims(self, host: PassHost, blocked: JobView, rank: Mapping[str, int]) -> list[JobView] | None:
         """The running jobs ``blocked`` would evict to fit, or ``None`` when no such set exists."""
         job = blocked.job
-        last = len(rank)
+        last = len(rank) + len(host.queue)
         mine = rank[blocked.job_id]
         frees = {}
         for v in host.running.values():
