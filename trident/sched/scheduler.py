@@ -40,6 +40,9 @@ from trident.sched.pipelines import PipelineRun, combine, free_devices
 from trident.sched.ray_backend import Attempt, is_trainable
 
 _PREEMPTION = ("never", "eager", "lazy")
+COLD_RECHECK_S = 1.0
+"""While a pipeline's actors start, its setup is taken to end at least this far ahead (s): a
+preemptor delaying until then asks again about once a second, not at every poll."""
 
 
 class JobState(str, Enum):
@@ -443,7 +446,7 @@ class JobScheduler:
         if r.state is JobState.RUNNING:
             ends = r.setup_ends_at if r.setup_ends_at is not None else r.started_at + r.setup_s
             if r.cold_since is not None:  # a pipeline whose actors are starting: setting up
-                ends = max(r.cold_since + r.setup_s, self._now() + self.poll_s)
+                ends = max(r.cold_since + r.setup_s, self._now() + COLD_RECHECK_S)
             return JobView(job=r.job, running=True, as_of_s=r.started_at, wait_base_s=r.wait_s,
                            attained_base_s=r.attained_s, setup_ends_s=ends, expected_setup_s=r.setup_s,
                            preemptions=r.preemptions, allocation=r.allocation,
