@@ -36,7 +36,7 @@ from trident.sched.features import queue_features
 from trident.sched.rl import (Action, PpoConfig, Rollout, bounded_slowdown, build_net, episode_reward,
                               imitation_update, ppo_update)
 from trident.sched.rltune import RLTunePolicy
-from trident.sim.cluster import Cluster
+from trident.sched.capacity import Cluster
 from trident.sim.engine import EngineConfig, Simulator
 from trident.sim.traces import load_trace, scale_cluster
 

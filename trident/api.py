@@ -41,6 +41,12 @@ class Run:
         self._warned: set[str] = set()
         self._closed = True
         self._depth = 0
+        self.gpu_budget: float | None = None
+        """The most GPUs this run's pipelines may hold (``None``: the cluster's); see :meth:`set_gpu_budget`."""
+        self.cold_starting = False
+        """Whether a GPU actor pool of the running execution has actors still starting (observed)."""
+        self.rewarm_s: float | None = None
+        """Seconds the last GPU actors took from requested to running (observed cold start)."""
 
     # -- context manager -------------------------------------------------------------------
 
@@ -81,6 +87,17 @@ class Run:
                 self._write_log_dir(self.config.log_dir)
             except Exception as err:
                 self._warn_once("log_dir", f"writing the run's logs to {self.config.log_dir!r} failed: {err!r}")
+
+    def set_gpu_budget(self, gpus: float | None) -> None:
+        """Cap the GPUs this run's pipelines hold, live (``None`` lifts the cap). Lowering it drains
+        actors (every row is still processed once); raising it lets the pools grow back. The
+        policy sees the budget as the cluster's GPUs (:class:`~trident.types.ClusterView`)."""
+        from trident.errors import ConfigError
+
+        if gpus is not None and not (isinstance(gpus, (int, float)) and gpus >= 0):
+            raise ConfigError("gpus", gpus, "None or a number of GPUs >= 0")
+        with self._lock:
+            self.gpu_budget = None if gpus is None else float(gpus)
 
     # -- the record, for users -------------------------------------------------------------
 

@@ -6,7 +6,7 @@ import pytest
 
 from trident.sched.base import Allocation, Job, JobView, Node, SchedState
 from trident.sched.features import FEATURE_NAMES, MAX_JOBS, NUM_FEATURES, FeatureConfig, queue_features
-from trident.sim.cluster import Cluster
+from trident.sched.capacity import Cluster
 
 F = {name: i for i, name in enumerate(FEATURE_NAMES)}
 

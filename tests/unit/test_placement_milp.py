@@ -7,7 +7,7 @@ import pytest
 from trident.errors import ConfigError
 from trident.sched.base import PLACERS, Allocation, Job, Node
 from trident.sched.placement_milp import MilpPlacer, _valid
-from trident.sim.cluster import Cluster
+from trident.sched.capacity import Cluster
 
 
 def _cluster(sizes, models=None, used=None, cpus=64.0):

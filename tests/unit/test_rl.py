@@ -12,7 +12,7 @@ from trident.sched.features import NUM_FEATURES, QueueFeatures
 from trident.sched.rl import (NumpyActorCritic, PpoConfig, Rollout, _batch_logp, _tensors, act, build_net,
                               episode_reward, ordering, ppo_update)
 from trident.sched.rltune import WEIGHTS_FILE, RLTunePolicy
-from trident.sim.cluster import Cluster
+from trident.sched.capacity import Cluster
 
 
 

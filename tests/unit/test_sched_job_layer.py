@@ -5,7 +5,7 @@ import pytest
 from trident.errors import ConfigError, UnknownNameError
 from trident.sched import JOB_POLICIES, PLACERS
 from trident.sched.base import EwmaArrivalPredictor, Job, JobView, Node, PreemptDecision, SchedState, Verdict
-from trident.sim.cluster import Cluster
+from trident.sched.capacity import Cluster
 
 RNG = np.random.default_rng(0)
 

@@ -241,7 +241,8 @@ class ClusterWatch:
             (self._typed, self._typed_cpus, self.node_type), self._typed_at_s = typed_nodes(), time_s
         limits = self.resource_manager.get_global_limits()
         store = limits.object_store_memory
-        return ClusterView(cpus=float(limits.cpu), gpus=float(limits.gpu), gpus_by_type=self._typed,
+        typed = tuple((t, min(g, float(limits.gpu))) for t, g in self._typed)  # a GPU budget caps every type
+        return ClusterView(cpus=float(limits.cpu), gpus=float(limits.gpu), gpus_by_type=typed,
                            cpus_by_type=self._typed_cpus,
                            object_store_bytes=int(store) if store != float("inf") else None,
                            memory_limit_bytes=self.memory_limit_bytes)

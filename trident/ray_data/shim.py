@@ -58,6 +58,10 @@ class ExecutionShim:
         self.last_observed_s = -float("inf")
         self.last_polled_s = -float("inf")
         self.poll_s = poll_interval_s(self.config.interval_s)
+        self.budget_applied: float | None = None
+        self.stock_gpu_limit: float | None = None
+        self.budget_clamp: dict[Any, int] = {}
+        self.pending_since: dict[Any, float] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -262,7 +266,7 @@ class ExecutionShim:
         """Called instead of Ray's actor autoscaler, every scheduling step."""
         from trident.ray_data.rollout import drive_to, resize
 
-        rm = self.executor._resource_manager
+        clamp = self._budget_clamp()
         for op, state in self.executor._topology.items():
             if self.kinds.get(op) != "actor":
                 continue
@@ -288,14 +292,60 @@ class ExecutionShim:
                 if pool.current_size() > 0:
                     resize(pool, size=pool.current_size(), target=0, budget=None, reason="consumed all inputs")
                 continue
-            target = self.pool_targets.get(op)
-            if target is None:
-                target = max(pool.min_size(), min(pool.current_size(), pool.max_size()))
+            target = min(self._pool_target(op, pool), clamp.get(op, pool.max_size()))
             drained, released = drive_to(pool, target=target, budget=None, reason="trident pool target")
             if drained or released:
                 self._action(self.now_s(), self.names.by_op[op], "drain",
                              f"{drained} busy actor(s) stop getting work, {released} released when done")
         self._check_reached(self.now_s())
+
+    def _pool_target(self, op: Any, pool: Any) -> int:
+        target = self.pool_targets.get(op)
+        return target if target is not None else max(pool.min_size(), min(pool.current_size(), pool.max_size()))
+
+    def _budget_clamp(self) -> dict[Any, int]:
+        """Apply the run's GPU budget (see :mod:`trident.ray_data.budget`): cap Ray Data's GPU limit
+        and return the pools' targets that fit in it; record whether GPU actors are starting."""
+        from trident.ray_data.budget import fit_to_budget
+
+        now = self.now_s()
+        pools = {}
+        for op, kind in self.kinds.items():
+            if kind != "actor" or op.has_completed():
+                continue
+            pool = op.get_autoscaling_actor_pools()[0]
+            gpus = self.builder.config(op).num_gpus
+            if gpus > 0:
+                pools[op] = (self._pool_target(op, pool), gpus, pool.min_size())
+                pending = pool.num_pending_actors() > 0
+                if pending and op not in self.pending_since:
+                    self.pending_since[op] = now
+                elif not pending and op in self.pending_since:
+                    self.run.rewarm_s = now - self.pending_since.pop(op)
+        self.run.cold_starting = bool(self.pending_since)
+        budget = self.run.gpu_budget
+        if budget != self.budget_applied:
+            import copy
+
+            rm = self.executor._resource_manager
+            if self.stock_gpu_limit is None:
+                self.stock_gpu_limit = float(rm._options.resource_limits.gpu)
+            opts = copy.copy(rm._options)
+            opts.resource_limits = opts.resource_limits.copy(
+                gpu=self.stock_gpu_limit if budget is None else min(budget, self.stock_gpu_limit))
+            rm._options = opts
+            rm._global_limits_last_update_time = 0.0
+            self.budget_applied = budget
+            self._event("gpu_budget", "GPU budget lifted" if budget is None else f"GPU budget {budget:g}")
+        if budget is None:
+            return {}
+        clamp = fit_to_budget(pools, budget)
+        for op, want in clamp.items():
+            if want < pools[op][0] and self.budget_clamp.get(op) != want:
+                self._action(now, self.names.by_op[op], "budget",
+                             f"pool held at {want} actor(s): GPU budget {budget:g}", want)
+        self.budget_clamp = clamp
+        return clamp
 
     def _check_reached(self, now: float) -> None:
         for op, (want, since_s) in list(self.reach.items()):

@@ -126,7 +126,7 @@ class Allocation:
 
 
 class CapacityView(Protocol):
-    """Read-only free capacity a :class:`Placer` chooses from (``trident.sim.cluster.Cluster``).
+    """Read-only free capacity a :class:`Placer` chooses from (``trident.sched.capacity.Cluster``).
 
     Arrays are per GPU model; node indices are positions in ``nodes``.
     """

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from trident.sched.base import Allocation, Job, Node
+from trident.sched.capacity import Cluster
 
 
 def ray_gpu_nodes(ray: Any) -> list[Node]:
@@ -30,7 +31,7 @@ class Rebuilt:
     """A capacity view of the live nodes (``None`` when no node has a GPU), the running jobs'
     allocations re-indexed onto it, and the running jobs that lost a node."""
 
-    cluster: Any
+    cluster: Cluster | None
     allocations: Mapping[str, Allocation]
     lost: tuple[str, ...]
 
@@ -39,8 +40,6 @@ def rebuild(nodes: Sequence[Node], old_nodes: Sequence[Node],
             running: Mapping[str, tuple[Job, Allocation]]) -> Rebuilt:
     """Capacity of ``nodes`` with the jobs of ``running`` (job id -> (job, allocation indexed
     into ``old_nodes``)) that still have all their nodes allocated again; the others are ``lost``."""
-    from trident.sim.cluster import Cluster
-
     gpu_nodes = [n for n in nodes if n.num_gpus > 0]
     cluster = Cluster(gpu_nodes) if gpu_nodes else None
     index = {n.node_id: i for i, n in enumerate(cluster.nodes)} if cluster else {}

@@ -33,6 +33,12 @@ class ElasticView:
     epoch: int
 
 
+def packed_placement(num_replicas: int, gpus_per_node: int = 4) -> tuple[int, ...]:
+    """``num_replicas`` GPUs on as few nodes as possible (full nodes first)."""
+    full, rest = divmod(num_replicas, gpus_per_node)
+    return (gpus_per_node,) * full + ((rest,) if rest else ())
+
+
 def _take(need: int, free: list[int], out: list[int]) -> None:
     """Fill ``need`` GPUs from the nodes with most free GPUs first (ties: lowest index)."""
     while len(out) < need:
@@ -116,8 +122,6 @@ class OptimusAlloc:
         """Predicted seconds per step at ``num_replicas`` GPUs packed on full nodes."""
         key = (id(job.application), job.batch_size, num_replicas)
         if key not in self._step_s:
-            from trident.sim.pollux_apps import packed_placement
-
             app = job.application
             local = math.ceil(job.batch_size / num_replicas - 1e-8)
             accum = math.ceil(local / app.max_local_bsz - 1e-8) - 1

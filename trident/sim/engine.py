@@ -2,12 +2,9 @@
 
 Events (arrivals, completions, delayed-preemption wake-ups, periodic ticks for
 preemptive policies) are processed in time order; all events at one instant are
-applied before one scheduling pass. A pass hands the policy a :class:`SchedState`
-(the ``queue_window`` jobs queued longest, every running job) and walks its order:
-a job that fits is placed by the placer; one that does not is skipped (the scan
-stops after ``max_scan_failures`` misses in a row). Under a preemptive policy a
-blocked job may evict lower-ranked running jobs, if the preemptor agrees; a refusal
-(``DO_NOT``) is not asked again until a job arrives, starts or stops.
+applied before one scheduling pass, the job layer's own
+(:class:`trident.sched.dispatch.SchedulingPass`, which ``trident.JobScheduler`` runs
+on a Ray cluster too).
 
 Each (re)start of a job first spends its setup time holding its GPUs without
 progress; a restart after a preemption adds ``restore_s``. A preemption during
@@ -22,16 +19,15 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
-from itertools import islice
-from types import MappingProxyType
 from typing import Callable, Sequence
 
 import numpy as np
 
 from trident.errors import ConfigError
 from trident.sched.base import (Allocation, ArrivalPredictor, EwmaArrivalPredictor, Job, JobPolicy, JobView,
-                                Node, Placer, Preemptor, SchedState, Verdict)
-from trident.sim.cluster import Cluster
+                                Node, Placer, Preemptor, Verdict)
+from trident.sched.capacity import Cluster
+from trident.sched.dispatch import PassConfig, SchedulingPass
 
 _QUEUED, _RUNNING, _DONE = 0, 1, 2
 _FINISH, _WAKE, _TICK = 0, 1, 2
@@ -82,14 +78,16 @@ class EngineConfig:
     decision_log_size: int = 2000
 
     def __post_init__(self) -> None:
-        for name in ("queue_window", "max_scan_failures", "max_victims"):
-            if getattr(self, name) < 1:
-                raise ConfigError(name, getattr(self, name), "an integer >= 1")
-        if self.max_preempt_checks < 0 or self.restore_s < 0 or self.decision_log_size < 0:
-            raise ConfigError("max_preempt_checks/restore_s/decision_log_size",
-                              (self.max_preempt_checks, self.restore_s, self.decision_log_size), "values >= 0")
+        self.pass_config()
+        if self.restore_s < 0 or self.decision_log_size < 0:
+            raise ConfigError("restore_s/decision_log_size", (self.restore_s, self.decision_log_size), "values >= 0")
         if self.tick_s is not None and self.tick_s <= 0:
             raise ConfigError("tick_s", self.tick_s, "None or a number > 0")
+
+    def pass_config(self) -> PassConfig:
+        """The limits of one scheduling pass."""
+        return PassConfig(queue_window=self.queue_window, max_scan_failures=self.max_scan_failures,
+                          max_preempt_checks=self.max_preempt_checks, max_victims=self.max_victims)
 
 
 @dataclass(frozen=True, eq=False)
@@ -147,6 +145,21 @@ class _Run:
         self.shape = (job.gpu_models, job.gpu_milli, job.cpus, job.memory_mib)
 
 
+class _Host:
+    """The simulator's state as a :class:`~trident.sched.dispatch.PassHost`."""
+
+    __slots__ = ("capacity", "queue", "running", "start", "evict")
+
+    def __init__(self, capacity, queue, running, start, evict) -> None:
+        self.capacity, self.queue, self.running, self.start, self.evict = capacity, queue, running, start, evict
+
+    def releasable(self, view: JobView) -> Allocation | None:
+        return view.allocation
+
+    def is_elastic(self, job_id: str) -> bool:
+        return False
+
+
 class Simulator:
     """Replays jobs through one policy, placer and (optional) preemptor.
 
@@ -202,7 +215,7 @@ class Simulator:
             runs.append(_Run(j, float(drawn[i]) if j.setup_s is None else j.setup_s))
         by_id = {r.job.job_id: r for r in runs}
         total = len(runs)
-        queue: dict[str, _Run] = {}
+        queue: dict[str, JobView] = {}
         running: dict[str, JobView] = {}
         running_runs: dict[str, _Run] = {}
         heap: list[tuple[float, int, int, int, int]] = []
@@ -213,11 +226,11 @@ class Simulator:
         verdicts = {v.value: 0 for v in Verdict}
         decisions: list[tuple[float, str, str, str, str]] = []
         total_gpus = cluster.total_gpus_by_model()
-        preemptive = bool(getattr(self.policy, "preemptive", False)) and self.preemptor is not None
+        sched = SchedulingPass(policy=self.policy, placer=self.placer, preemptor=self.preemptor,
+                               predictor=self.predictor, rng=policy_rng, config=cfg.pass_config())
+        preemptive = sched.preemptive
         done = 0
         passes = 0
-        epoch = 0  # bumped whenever the running set changes or a job arrives
-        refused: dict[str, int] = {}  # blocked job -> epoch at which every victim was refused
         progress_every = max(1, min(1000, total // 100))
 
         def push(t: float, kind: int, idx: int, version: int) -> None:
@@ -225,9 +238,8 @@ class Simulator:
             seq += 1
             heapq.heappush(heap, (t, seq, kind, idx, version))
 
-        def start(r: _Run, alloc: Allocation, now: float) -> None:
-            nonlocal epoch
-            epoch += 1
+        def start(job_id: str, alloc: Allocation, now: float) -> None:
+            r = by_id[job_id]
             cluster.allocate(r.job, alloc)
             r.state = _RUNNING
             r.alloc = alloc
@@ -240,13 +252,11 @@ class Simulator:
                 r.first_start = now
             r.version += 1
             push(r.setup_end + r.remaining / r.speed, _FINISH, id(r), r.version)
-            del queue[r.job.job_id]
-            running_runs[r.job.job_id] = r
-            r.view = running[r.job.job_id] = self._running_view(r)
+            del queue[job_id]
+            running_runs[job_id] = r
+            r.view = running[job_id] = self._running_view(r)
 
         def stop(r: _Run, now: float) -> None:
-            nonlocal epoch
-            epoch += 1
             g = r.job.num_gpus
             r.setup_gpu_s += (min(now, r.setup_end) - r.start_at) * g
             r.attained += now - r.start_at
@@ -255,109 +265,36 @@ class Simulator:
             del running[r.job.job_id]
             del running_runs[r.job.job_id]
 
-        def preempt(r: _Run, now: float) -> None:
-            if now < r.setup_end:
-                r.futile += 1
-            else:
-                r.remaining = max(1e-6, r.remaining - (now - r.setup_end) * r.speed)
-            stop(r, now)
-            r.preemptions += 1
-            r.state = _QUEUED
-            r.alloc = None
-            r.enqueued_at = now
-            queue[r.job.job_id] = r
-            r.view = self._queued_view(r)
-
-        def try_preempt(r: _Run, rank: dict[str, int], state: SchedState, now: float) -> bool:
-            my_rank = rank[r.job.job_id]
-            cands = [v for v in running_runs.values()
-                     if rank.get(v.job.job_id, len(rank)) > my_rank and r.job.allows(v.alloc.gpu_model)]
-            if not cands:
-                return False
-            cands.sort(key=lambda v: (-rank.get(v.job.job_id, len(rank)), -v.start_at, v.job.job_id))
-            what_if = cluster.copy()
-            victims: list[_Run] = []
-            for v in cands:
-                what_if.release(v.job, v.alloc)
-                victims.append(v)
-                if what_if.may_fit(r.job) and self.placer.place(r.job, what_if) is not None:
-                    break
-                if len(victims) >= cfg.max_victims:
-                    return False
-            else:
-                return False
-            # Spare victims the blocked job does not need (highest-ranked first).
-            for v in sorted(victims, key=lambda v: rank.get(v.job.job_id, len(rank))):
-                if len(victims) == 1:
-                    break
-                what_if.allocate(v.job, v.alloc)
-                if what_if.may_fit(r.job) and self.placer.place(r.job, what_if) is not None:
-                    victims.remove(v)
+        def evict(job_ids: Sequence[str], now: float, reason: str) -> None:
+            for job_id in job_ids:
+                r = by_id[job_id]
+                if now < r.setup_end:
+                    r.futile += 1
                 else:
-                    what_if.release(v.job, v.alloc)
-            blocked_view = r.view
-            answers = [self.preemptor.decide(blocked=blocked_view, victim=v.view, state=state,
-                                             predictor=self.predictor) for v in victims]
-            for v, a in zip(victims, answers):
-                verdicts[a.verdict.value] += 1
-                if len(decisions) < cfg.decision_log_size:
-                    decisions.append((now, r.job.job_id, v.job.job_id, a.verdict.value, a.reason))
-            if all(a.verdict is Verdict.PREEMPT_NOW for a in answers):
-                for v in victims:
-                    preempt(v, now)
-                alloc = self.placer.place(r.job, cluster)
-                if alloc is not None:
-                    start(r, alloc, now)
-                    return True
-                return False
-            delays = [a.until_s for a in answers if a.verdict is Verdict.DELAY_UNTIL]
-            if any(a.verdict is Verdict.DO_NOT for a in answers):
-                refused[r.job.job_id] = epoch
-            elif delays:
-                t = max(min(delays), now + 1e-3)
-                if t not in wake_times:
-                    wake_times.add(t)
-                    push(t, _WAKE, 0, 0)
-            return False
+                    r.remaining = max(1e-6, r.remaining - (now - r.setup_end) * r.speed)
+                stop(r, now)
+                r.preemptions += 1
+                r.state = _QUEUED
+                r.alloc = None
+                r.enqueued_at = now
+                r.view = queue[job_id] = self._queued_view(r)
+
+        host = _Host(cluster, queue, running, start, evict)
 
         def schedule(now: float) -> None:
             nonlocal passes
             if not queue:
                 return
             passes += 1
-            state = SchedState(now=now, queued=[v.view for v in islice(queue.values(), cfg.queue_window)],
-                               running=MappingProxyType(running), total_gpus_by_model=total_gpus,
-                               free_gpus_by_model=cluster.free_gpus_by_model(), queue_length=len(queue),
-                               capacity=cluster)
-            ordered = self.policy.order(state, policy_rng)
-            rank = {jid: k for k, jid in enumerate(ordered)} if preemptive else {}
-            failures = 0
-            checks = 0
-            # Within a pass free capacity only shrinks (until a preemption), so a job shaped like
-            # one that did not fit does not fit either.
-            misfits: set[tuple] = set()
-            for jid in ordered:
-                r = by_id[jid]
-                if r.state != _QUEUED:
-                    continue
-                shape = r.shape
-                if shape not in misfits:
-                    j = r.job
-                    alloc = self.placer.place(j, cluster) if cluster.may_fit(j) else None
-                    if alloc is not None:
-                        start(r, alloc, now)
-                        failures = 0
-                        continue
-                    misfits.add(shape)
-                    failures += 1
-                if preemptive and checks < cfg.max_preempt_checks and refused.get(jid) != epoch:
-                    checks += 1
-                    if try_preempt(r, rank, state, now):
-                        misfits.clear()
-                        failures = 0
-                        continue
-                if failures >= cfg.max_scan_failures:
-                    break
+            out = sched(host, now, total_gpus)
+            for d in out.decisions:
+                verdicts[d[3]] += 1
+                if len(decisions) < cfg.decision_log_size:
+                    decisions.append(d)
+            for t in out.wake_at_s:
+                if t not in wake_times:
+                    wake_times.add(t)
+                    push(t, _WAKE, 0, 0)
 
         run_by_id = {id(r): r for r in runs}
         nxt = 0
@@ -367,30 +304,30 @@ class Simulator:
             now = min(t_arr, heap[0][0]) if heap else t_arr
             # A pass can start something only if capacity was freed, a new job may fit, or the
             # policy preempts (or a wake-up/tick asks for one).
-            worth_a_pass = preemptive
+            worth_a_pass = False
             while nxt < total and runs[nxt].job.arrival_s <= now:
                 r = runs[nxt]
-                queue[r.job.job_id] = r
-                r.view = self._queued_view(r)
+                r.view = queue[r.job.job_id] = self._queued_view(r)
                 self.predictor.observe(r.job.arrival_s)
                 nxt += 1
-                epoch += 1
-                worth_a_pass = worth_a_pass or cluster.may_fit(r.job)
+                sched.note_change()
+                worth_a_pass = worth_a_pass or preemptive or cluster.may_fit(r.job)
             while heap and heap[0][0] <= now:
                 _, _, kind, key, version = heapq.heappop(heap)
-                worth_a_pass = True
                 if kind == _FINISH:
                     r = run_by_id[key]
-                    if r.version != version:
+                    if r.version != version:  # the end of an attempt that was preempted
                         continue
                     stop(r, now)
+                    sched.note_change()
                     r.state = _DONE
                     r.finish = now
                     r.view = None
                     done += 1
                     if progress is not None and done % progress_every == 0:
                         progress(done, total)
-                elif kind == _WAKE:
+                worth_a_pass = True
+                if kind == _WAKE:
                     wake_times.discard(now)
                 elif kind == _TICK:
                     tick_pending = False

@@ -26,6 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from trident.errors import ConfigError
+from trident.sched.elastic import packed_placement
 
 APP_SETTINGS = {"bert": {"max_epochs": 2}, "cifar10": {"max_epochs": 100, "init_batch_size": 128},
                 "ncf": {"max_epochs": 10}, "imagenet": {"max_epochs": 90, "max_batch_size": 12800},
@@ -49,12 +50,6 @@ def normal_placement(placement: Sequence[int]) -> tuple[int, ...]:
     """GPUs per node, empty nodes dropped, rotated to the lexicographically smallest form."""
     p = tuple(int(g) for g in placement if g)
     return min(p[i:] + p[:i] for i in range(len(p))) if p else ()
-
-
-def packed_placement(num_replicas: int, gpus_per_node: int = 4) -> tuple[int, ...]:
-    """``num_replicas`` GPUs on as few nodes as possible (full nodes first)."""
-    full, rest = divmod(num_replicas, gpus_per_node)
-    return (gpus_per_node,) * full + ((rest,) if rest else ())
 
 
 @dataclass(frozen=True)

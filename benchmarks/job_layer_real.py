@@ -1,0 +1,315 @@
+"""The job layer on a real Ray cluster: pipelines and training jobs sharing GPUs, and the
+same scenario in the simulator beside it.
+
+Cluster (``ray.cluster_utils.Cluster``, logical GPUs): a head without GPUs, one node of
+4 type-A GPUs and one of 4 type-B GPUs. Workload (time-compressed: every time parameter of
+the policies is scaled by ``SCALE`` = 1/120, so the scenario's ~2 minutes stand for ~4
+hours of a production cluster):
+
+- 3 pipelines on type-B GPUs (at most 4, 2 and 2), arriving at 0, 6 and 14 s: ``ray.data.range`` rows (1,000
+  characters each) through a GPU stage that follows the measured ``embed`` cost curve of
+  ``trident/demos/calibration.json`` (a calibrated stand-in; time scaled by 0.25, no memory
+  held), 20 rows a batch, an actor pool of 1..max_gpus actors of 1 GPU;
+- 6 training stand-ins arriving every 4 s (1-3 GPUs, 6-25 s of 0.1 s steps after a 2-3 s
+  setup). For FIFO and Tiresias they are plain Ray tasks (a preemption kills and restarts
+  them from zero); for trident they are trainables whose preemption checkpoints.
+
+Contenders: ``fifo`` (no preemption; pipelines hold their maximum), ``tiresias/eager``
+(kill-and-restart; pipelines hold their maximum and are never preempted), ``trident``
+(rltune order, lazy preemption, pipelines elastic between min and max GPUs: shrunk for a
+waiting job, grown back when GPUs are free). The simulator replays the same jobs (declared
+durations and setups; a pipeline as a rigid job of its maximum GPUs: the simulator has no
+elastic jobs) under the same policy objects.
+
+    python benchmarks/job_layer_real.py            # ~5 min on a 2-core machine
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+OUT = Path(__file__).parent / "results"
+SCALE = 1 / 120
+STEP_S = 0.1
+ROW_CHARS = 1000
+BATCH_ROWS = 20
+TIME_SCALE = 0.25  # the calibrated curve's time is slept at this fraction (a faster GPU)
+
+
+@dataclass(frozen=True)
+class Arrival:
+    at_s: float
+    name: str
+    gpus: int  # a training job's GPUs; a pipeline's maximum
+    steps: int = 0  # training
+    setup_s: float = 0.0
+    rows: int = 0  # pipeline
+    min_gpus: int = 1
+
+
+WORKLOAD = (
+    Arrival(0, "pipe-1", 4, rows=800), Arrival(0, "train-1", 2, steps=200, setup_s=3),
+    Arrival(4, "train-2", 3, steps=250, setup_s=3), Arrival(6, "pipe-2", 2, rows=600),
+    Arrival(8, "train-3", 1, steps=80, setup_s=2), Arrival(12, "train-4", 2, steps=150, setup_s=3),
+    Arrival(14, "pipe-3", 2, rows=600), Arrival(16, "train-5", 2, steps=200, setup_s=3),
+    Arrival(20, "train-6", 1, steps=60, setup_s=2),
+)
+
+
+# --- stand-ins (run in Ray workers) -------------------------------------------------------
+class Train:
+    """A training stand-in: ``setup`` sleeps, each ``step`` sleeps ``STEP_S``; checkpoints its step."""
+
+    def __init__(self, steps: int, setup_s: float) -> None:
+        self.steps, self.setup_s, self.done = steps, setup_s, 0
+
+    def setup(self) -> None:
+        time.sleep(self.setup_s)
+
+    def step(self) -> bool:
+        time.sleep(STEP_S)
+        self.done += 1
+        return self.done >= self.steps
+
+    def checkpoint(self) -> int:
+        return self.done
+
+    def restore(self, state: int) -> None:
+        self.done = state
+
+    def result(self) -> int:
+        return self.done
+
+
+def train_plain(steps: int, setup_s: float) -> int:
+    """The same work as :class:`Train` without checkpoints: a restart begins from zero."""
+    time.sleep(setup_s + steps * STEP_S)
+    return steps
+
+
+def embed_stage():
+    from trident.demos.calibration import load_curves, stand_in
+
+    return stand_in(load_curves()["embed"], memory_scale=0.0, time_scale=TIME_SCALE)
+
+
+def pipeline(rows: int, max_actors: int, stage) -> list[int]:
+    import ray
+    from ray.data import ActorPoolStrategy
+
+    ds = (ray.data.range(rows, override_num_blocks=max(4, rows // 100))
+          .map_batches(lambda b: {**b, "chars": np.full(len(b["id"]), ROW_CHARS)}, batch_size=BATCH_ROWS)
+          .map_batches(stage, compute=ActorPoolStrategy(min_size=1, max_size=max_actors), num_gpus=1,
+                       num_cpus=0.25, resources={"accelerator_type:B": 0.001}, batch_size=BATCH_ROWS))
+    return [int(r["id"]) for r in ds.iter_rows()]
+
+
+def pipeline_seconds(rows: int, actors: int) -> float:
+    """Declared run time of a pipeline at ``actors`` actors (the curve's batch time)."""
+    from trident.demos.calibration import load_curves
+
+    batch_s = load_curves()["embed"].time_s(BATCH_ROWS * ROW_CHARS) * TIME_SCALE
+    return rows / BATCH_ROWS * batch_s / actors
+
+
+# --- contenders -----------------------------------------------------------------------------
+def plug_ins(name: str):
+    """(policy, preemptor) objects of a contender, time parameters scaled by SCALE."""
+    from trident.sched.baselines import TiresiasPolicy
+    from trident.sched.preempt import EagerPreemptor, LazyPreemptor, NeverPreemptor
+    from trident.sched.predict import RuntimePrior
+    from trident.sched.rltune import RLTunePolicy
+
+    if name == "fifo":
+        from trident.sched.baselines import FifoPolicy
+
+        return FifoPolicy(), NeverPreemptor()
+    if name == "tiresias/eager":
+        return TiresiasPolicy(thresholds_gpu_s=(3600 * SCALE, 36000 * SCALE), min_promote_wait_s=3600 * SCALE), \
+            EagerPreemptor()
+    return RLTunePolicy(), LazyPreemptor(checkpoint_restore_s=30 * SCALE, default_setup_s=300 * SCALE,
+                                         min_recheck_s=300 * SCALE, max_recheck_s=3600 * SCALE,
+                                         prior=RuntimePrior.philly(scale=SCALE), max_waste_fraction=0.5)
+
+
+def run_real(name: str, stage) -> dict:
+    from trident.sched.scheduler import JobScheduler
+
+    policy, preemptor = plug_ins(name)
+    elastic = name == "trident"
+    sched = JobScheduler(policy=policy, preemption=preemptor, placement="first-fit", tick_s=300 * SCALE,
+                         node_refresh_s=1.0)
+    t0 = time.monotonic()
+
+    def submit_all():
+        for a in WORKLOAD:
+            time.sleep(max(0.0, a.at_s - (time.monotonic() - t0)))
+            if a.rows:
+                sched.submit_pipeline(pipeline, a.rows, a.gpus, stage, name=a.name, gpu_models=("B",),
+                                      min_gpus=a.min_gpus if elastic else a.gpus, max_gpus=a.gpus,
+                                      setup_s=2.0, autoscale=dict(policy="ds2", interval_s=0.5))
+            else:
+                fn = Train if elastic else train_plain
+                sched.submit(fn, a.steps, a.setup_s, num_gpus=a.gpus, name=a.name, setup_s=a.setup_s)
+
+    submitter = threading.Thread(target=submit_all)
+    submitter.start()
+    results: dict = {}
+    while True:
+        if sched.queue or sched.running:
+            results.update(sched.run(timeout_s=900))
+        if not submitter.is_alive() and not sched.queue and not sched.running:
+            break
+        time.sleep(0.05)
+    submitter.join()
+    return row(name, sched, results)
+
+
+def row(name: str, sched, results: dict) -> dict:
+    jct, wasted, held, rows_bad, shrinks = [], 0.0, 0.0, 0, 0
+    preemptions = futile = 0
+    first = min(sched.record(a.name).job.arrival_s for a in WORKLOAD)
+    for a in WORKLOAD:
+        r = sched.record(a.name)
+        jct.append(r.finished_at - r.job.arrival_s)
+        held += r.attained_s * (a.gpus if a.rows else r.job.num_gpus)
+        preemptions += r.preemptions
+        futile += r.futile_preemptions
+        if a.rows:
+            rows_bad += int(sorted(results.get(a.name, [])) != list(range(a.rows)))
+            shrinks += r.preemptions
+        elif r.observed_setup_s:
+            wasted += sum(r.observed_setup_s[1:]) * r.job.num_gpus  # re-setups after a checkpoint
+        else:
+            wasted += max(0.0, r.attained_s - (r.finished_at - r.started_at)) * r.job.num_gpus  # killed attempts
+    makespan = max(sched.record(a.name).finished_at for a in WORKLOAD) - first
+    return {"policy": name, "avg_jct_s": round(float(np.mean(jct)), 2), "max_jct_s": round(float(np.max(jct)), 2),
+            "makespan_s": round(makespan, 2), "preemptions": preemptions, "futile_preemptions": futile,
+            "pipeline_shrinks": shrinks, "wasted_gpu_s": round(wasted, 2),
+            "wasted_gpu_pct": round(100 * wasted / max(held, 1e-9), 2), "pipelines_rows_exact": rows_bad == 0,
+            "jobs": len(WORKLOAD), "jct_s": {a.name: round(j, 2) for a, j in zip(WORKLOAD, jct)},
+            "verdicts": dict(Counter(d[3] for d in sched.decisions)),
+            "first_reasons": [f"{d[0]:.1f} s {d[1]} vs {d[2]}: {d[4]}" for d in list(sched.decisions)[:6]],
+            "events": {a.name: [f"{t:.1f} s {e}" for t, e in sched.record(a.name).events] for a in WORKLOAD}}
+
+
+def run_sim(name: str) -> dict:
+    from trident.sched.base import Job, Node
+    from trident.sched.placement import FirstFitPlacer
+    from trident.sim.engine import EngineConfig, SetupModel, Simulator
+    from trident.sim.metrics import summarize
+
+    policy, preemptor = plug_ins(name)
+    nodes = [Node("a", "A", 4, cpus=6), Node("b", "B", 4, cpus=6)]
+    jobs = [Job(job_id=a.name, arrival_s=a.at_s, num_gpus=a.gpus, gpu_models=("B",) if a.rows else (),
+                duration_s=pipeline_seconds(a.rows, a.gpus) if a.rows else a.steps * STEP_S,
+                setup_s=2.0 if a.rows else a.setup_s) for a in WORKLOAD]
+    res = Simulator(nodes=nodes, policy=policy, placer=FirstFitPlacer(), preemptor=preemptor,
+                    config=EngineConfig(setup=SetupModel(kind="none"), restore_s=30 * SCALE, tick_s=300 * SCALE)
+                    ).run(jobs)
+    m = summarize(res)
+    jct = res.finish_s - res.arrival_s
+    return {"policy": name, "avg_jct_s": round(float(m["avg_jct_s"]), 2), "max_jct_s": round(float(jct.max()), 2),
+            "makespan_s": round(float(m["makespan_s"]), 2), "preemptions": int(m["preemptions"]),
+            "futile_preemptions": int(m["futile_preemptions"]), "wasted_gpu_pct": round(float(m["wasted_gpu_pct"]), 2),
+            "jobs": len(jobs)}
+
+
+def start_cluster():
+    import ray
+    from ray.cluster_utils import Cluster
+
+    for attempt in range(3):  # a node's start may time out on a loaded machine
+        try:
+            c = Cluster(initialize_head=True, head_node_args=dict(num_cpus=2, num_gpus=0, include_dashboard=False))
+            c.add_node(num_cpus=6, num_gpus=4, resources={"accelerator_type:A": 4})
+            c.add_node(num_cpus=6, num_gpus=4, resources={"accelerator_type:B": 4})
+            ray.init(address=c.address, log_to_driver=False)
+            c.wait_for_nodes()
+            ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+            return c
+        except Exception:
+            if attempt == 2:
+                raise
+            time.sleep(5)
+
+
+def plot(doc: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["policy"] for r in doc["rows"]]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    x = np.arange(len(names))
+    for ax, key in zip(axes, ("avg_jct_s", "max_jct_s")):
+        ax.bar(x - 0.2, [r[key] for r in doc["rows"]], 0.4, label="real cluster")
+        ax.bar(x + 0.2, [r[key] for r in doc["simulated"]], 0.4, label="simulator")
+        ax.set_xticks(x, names)
+        ax.set_ylabel(key.replace("_", " "))
+        ax.legend()
+    fig.suptitle("job layer: 3 pipelines + 6 training jobs on 2x4 logical GPUs")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--contenders", default="fifo,tiresias/eager,trident")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import ray
+
+    import trident.sched  # noqa: F401
+    from trident.sim.compare import result_document
+
+    names = args.contenders.split(",")
+    cluster = start_cluster()
+    stage = embed_stage()
+    rows = []
+    try:
+        for name in names:
+            t = time.monotonic()
+            rows.append(run_real(name, stage))
+            print(f"{name}: {json.dumps({k: v for k, v in rows[-1].items() if k != 'jct_s'})} "
+                  f"({time.monotonic() - t:.0f} s)", flush=True)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    simulated = [run_sim(n) for n in names]
+    base = rows[0]["avg_jct_s"]
+    for r, s in zip(rows, simulated):
+        r["ratio_to_baseline"] = round(base / r["avg_jct_s"], 3)
+        r["sim_vs_real_avg_jct_pct"] = round(100 * (s["avg_jct_s"] - r["avg_jct_s"]) / r["avg_jct_s"], 1)
+    doc = result_document(rows, workload={"name": "job-layer-real", "seed": 0, "time_scale": SCALE,
+                                          "arrivals": [a.__dict__ for a in WORKLOAD],
+                                          "stand_in": "embed cost curve (calibration.json) x0.25; sleep-loop training"},
+                          benchmark="job_layer_real")
+    doc["workload"]["mode"] = "calibrated"
+    doc["machine"]["logical_gpus"] = 8
+    doc["simulated"] = simulated
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "job_layer_real.json").write_text(json.dumps(doc, indent=2) + "\n")
+    plot(doc, out / "job_layer_real.png")
+    for r, s in zip(rows, simulated):
+        print(f"{r['policy']:>15}  real avg/max JCT {r['avg_jct_s']:6.1f}/{r['max_jct_s']:6.1f} s  "
+              f"sim {s['avg_jct_s']:6.1f}/{s['max_jct_s']:6.1f} s  makespan {r['makespan_s']:.1f} s  "
+              f"preempt {r['preemptions']} (futile {r['futile_preemptions']})  wasted {r['wasted_gpu_pct']}%  "
+              f"rows exact {r['pipelines_rows_exact']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
