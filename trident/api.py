@@ -18,6 +18,7 @@ import warnings
 from typing import Any
 
 from trident.config import AutoscaleConfig
+from trident.control.metrics import count_event
 from trident.report.record import Event, ExecutionRecord, RunRecord, summarize
 
 
@@ -152,6 +153,7 @@ class Run:
     def _record_error(self, message: str) -> None:
         with self._lock:
             self.record.events.append(Event(self._now_s(), "fallback", message))
+        count_event("", "fallback")
         self._warn_once("error:" + message, f"trident stepped back: {message}")
 
     def _warn_once(self, key: str, message: str) -> None:

@@ -30,6 +30,13 @@ class Controller:
         self.policy = policy
         self.context = context
         self.loops: dict[str, ControlLoop] = {}
+        if not hasattr(self, "metrics"):  # one set of series per controller process, kept across runs
+            from trident.control.metrics import ControllerMetrics
+
+            try:
+                self.metrics: ControllerMetrics | None = ControllerMetrics()
+            except Exception:  # noqa: BLE001 - no metrics agent: control works without the view
+                self.metrics = None
 
     def node_id(self) -> str:
         """The Ray node this controller runs on."""
@@ -42,7 +49,11 @@ class Controller:
         if loop is None:
             policy = self.policy if isinstance(self.policy, str) else self.policy(context=self.context)
             loop = self.loops[snapshot.execution_id] = ControlLoop(policy=policy, context=self.context)
-        return loop.step(snapshot, now)
+        decision = loop.step(snapshot, now)
+        if self.metrics is not None:
+            self.metrics.record(snapshot, decision, policy=getattr(loop.policy, "name", type(loop.policy).__name__),
+                                memory_limit_bytes=self.context.memory_limit_bytes)
+        return decision
 
 
 @dataclass(frozen=True)
