@@ -75,3 +75,4 @@ def test_simulate_writes_where_out_says_and_prints_the_paths(capsys, tmp_path, m
     assert written == ["simulate-tiresias-load1-seed0.json", "simulate-tiresias-load1-seed0.png"]
     assert f"wrote trident-results/{written[0]} and trident-results/{written[1]}" in out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["trident-results"]
+    assert "HiGHS" not in out + err and "Copyright" not in out + err
