@@ -1,7 +1,8 @@
 """What a demo prints after its runs: the side-by-side table and the changes trident made."""
 from dataclasses import replace
 
-from trident.demos.story import changes, figures, short_name, side_by_side
+from trident.demos.story import changes, figures, side_by_side
+from trident.report.plot import short_name
 from trident.types import Decision, OperatorTarget, Plan
 
 from test_report import record

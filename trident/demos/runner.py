@@ -196,7 +196,7 @@ def _progress(run, total: int, unit: str, enabled: bool):
 
     from tqdm import tqdm
 
-    from trident.demos.story import short_name
+    from trident.report.plot import short_name
 
     tty = sys.stderr.isatty()
     stop = threading.Event()

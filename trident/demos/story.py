@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trident.report.plot import short_name
 from trident.report.record import RunRecord, summarize
 
 CHANGE_KINDS = ("plan", "replan", "tune")
@@ -56,12 +57,6 @@ def side_by_side(runs: list[RunFigures], *, unit: str = "rows") -> str:
     widths = [max(len(row[i]) for row in table) for i in range(len(heads))]
     return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
                      for row in table)
-
-
-def short_name(op: str) -> str:
-    """``MapBatches(OcrPages)`` -> ``OcrPages``; ``ReadFiles->MapBatches(parse)`` -> ``parse``."""
-    last = op.split("->")[-1]
-    return last[last.find("(") + 1:last.rfind(")")] if "(" in last and last.endswith(")") else last
 
 
 def _why(reason: str, kind: str) -> str:
