@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("workload", choices=("pdf", "video"), help="which curation example to run")
     parser.add_argument("--compare", type=autoscale_policy, default=None, metavar="POLICY",
                         help="also run this policy (e.g. ray: stock Ray Data) on the same input, first, and "
-                             "print both side by side")
+                             "print both side by side (default: none, one run)")
     parser.add_argument("--out", default=None,
                         help="output folder (default: ./trident-demo-pdf or ./trident-demo-video)")
     parser.add_argument("--small", action="store_true", help="a small input: a quick run (tests use it)")
