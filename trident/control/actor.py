@@ -37,6 +37,8 @@ class Controller:
                 self.metrics: ControllerMetrics | None = ControllerMetrics()
             except Exception:  # noqa: BLE001 - no metrics agent: control works without the view
                 self.metrics = None
+        elif self.metrics is not None:
+            self.metrics.targets.clear()  # the last run's executions are over
 
     def node_id(self) -> str:
         """The Ray node this controller runs on."""
@@ -45,6 +47,7 @@ class Controller:
         return ray.get_runtime_context().get_node_id()
 
     def step(self, snapshot: Snapshot, now: float) -> Decision:
+        """One control step of ``snapshot``'s execution; its series go to Ray's metrics endpoint."""
         loop = self.loops.get(snapshot.execution_id)
         if loop is None:
             policy = self.policy if isinstance(self.policy, str) else self.policy(context=self.context)
