@@ -29,5 +29,6 @@ def test_demo_pdf_small_compare_ray(tmp_path, capfd, monkeypatch):
     assert any(line.startswith("tasks failed") for line in table)
     assert "what trident changed and why" in out
     # Ray's own log lines stay off the terminal without --verbose
-    assert "streaming_executor" not in out + err and "Started a local Ray instance" not in out + err
+    assert "streaming_executor" not in out + err and "core_worker" not in out + err
+    assert (demo / "ray.log").exists() and f"Ray's log lines: {demo / 'ray.log'}" in out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["trident-demo-pdf"]

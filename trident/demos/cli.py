@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 from trident.cli_args import autoscale_policy, integer, memory_size, output_dir
@@ -60,17 +62,17 @@ def _inputs(args: argparse.Namespace, out: Path):
     return paths, truth, f"{clips} clips: {max(1, clips // 2)} at SD, then {clips - max(1, clips // 2)} at HD"
 
 
-def _run(args: argparse.Namespace, policy: str, paths, truth, out: Path):
+def _run(args: argparse.Namespace, policy: str, paths, truth, out: Path, progress):
     from trident.demos.runner import run_pdf, run_video
 
-    kw = dict(policy=policy, memory_limit=args.memory_limit, progress=True)
+    kw = dict(policy=policy, memory_limit=args.memory_limit, progress=progress)
     if args.workload == "pdf":
         return run_pdf(paths, out, **kw)
     return run_video(paths, truth, out, **kw)
 
 
 def main(args: argparse.Namespace) -> int:
-    from trident.demos.runner import start_ray
+    from trident.demos.runner import quiet_stderr, start_ray
     from trident.demos.story import changes, figures, side_by_side
 
     out = Path(output_dir(args.out or f"trident-demo-{args.workload}", "--out"))
@@ -80,15 +82,17 @@ def main(args: argparse.Namespace) -> int:
     paths, truth, what = _inputs(args, out)
     print(f"trident demo {args.workload}: {what}")
     print(f"policies: {' then '.join(policies)}; output in {out}/")
-    start_ray(num_cpus=args.cpus, num_gpus=args.gpus, verbose=args.verbose)
     results = {}
-    try:
-        for policy in policies:
-            results[policy] = _run(args, policy, paths, truth, out / policy)
-    finally:
-        import ray
+    ray_log = out / "ray.log"
+    with nullcontext(sys.stderr) if args.verbose else quiet_stderr(ray_log) as terminal:
+        start_ray(num_cpus=args.cpus, num_gpus=args.gpus, verbose=args.verbose)
+        try:
+            for policy in policies:
+                results[policy] = _run(args, policy, paths, truth, out / policy, terminal)
+        finally:
+            import ray
 
-        ray.shutdown()
+            ray.shutdown()
     unit = "pages" if args.workload == "pdf" else "scenes"
     ok = True
     print()
@@ -116,9 +120,11 @@ def main(args: argparse.Namespace) -> int:
         result.run.plot(str(plot))
         result.run.to_json(str(Path(result.out_dir) / "run.json"))
         print(f"plot: {plot}")
+    for warning in dict.fromkeys(w for r in results.values() for w in r.run.record.warnings):
+        print(f"warning: {warning}")
     if args.verbose:
         main_run.report()
     else:
         print(f"every decision with its reason: {Path(results[args.policy].out_dir) / 'run.json'} "
-              "(or --verbose for the full report)")
+              f"(or --verbose for the full report); Ray's log lines: {ray_log}")
     return 0 if ok else 1

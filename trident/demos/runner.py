@@ -7,6 +7,7 @@ import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 WORKER_ENV = {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
               "TOKENIZERS_PARALLELISM": "false"}
@@ -136,7 +137,7 @@ def video_inputs(in_dir: str | Path, *, clips: int, seed: int = 0) -> tuple[list
 
 def run_pdf(paths: list[str], out_dir: str | Path, *, policy: str | None = "trident", memory_limit: str | None = None,
             interval_s: float | None = None, ocr_pool: tuple[int, int] = (1, 3), embed_pool: tuple[int, int] = (1, 3),
-            progress: bool = False) -> DemoResult:
+            progress: TextIO | None = None) -> DemoResult:
     """Curate the PDFs ``paths``: write ``pages/`` (Parquet) and ``documents.parquet`` under ``out_dir``."""
     from trident.demos.pdf import build_pdf_dataset, curate_documents, read_pages
 
@@ -157,7 +158,7 @@ def run_pdf(paths: list[str], out_dir: str | Path, *, policy: str | None = "trid
 def run_video(paths: list[str], truth: dict[str, tuple[int, ...]], out_dir: str | Path, *,
               policy: str | None = "trident", memory_limit: str | None = None, interval_s: float | None = None,
               ocr_pool: tuple[int, int] = (1, 3), embed_pool: tuple[int, int] = (1, 3),
-              progress: bool = False) -> DemoResult:
+              progress: TextIO | None = None) -> DemoResult:
     """Curate the clips ``paths``: write ``scenes/`` (Parquet) and ``clips.parquet``; a note per
     clip says whether the detected cuts match ``truth``."""
     from trident.demos.pdf import read_pages
@@ -184,24 +185,43 @@ def run_video(paths: list[str], truth: dict[str, tuple[int, ...]], out_dir: str 
 
 
 @contextmanager
-def _progress(run, total: int, unit: str, enabled: bool):
-    """Progress on stderr while the block runs: inputs read, rows out of the last model stage,
-    and the model pools' live actors as trident's record shows them. A bar redrawn twice a
-    second on a terminal; a plain line every 15 s otherwise."""
-    if not enabled or run is None:
+def quiet_stderr(log_path: str | Path):
+    """Send what is written to this process's stderr (Ray's C++ core and Python log lines) to
+    ``log_path`` while the block runs; yields a stream to the real stderr (for progress)."""
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    terminal = os.fdopen(os.dup(saved), "w", buffering=1)
+    with open(log_path, "ab") as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            yield terminal
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            terminal.close()
+
+
+@contextmanager
+def _progress(run, total: int, unit: str, stream: TextIO | None):
+    """Progress on ``stream`` while the block runs: inputs read, rows out of the last model
+    stage, and the model pools' live actors as trident's record shows them. A bar redrawn
+    twice a second on a terminal; a plain line every 15 s otherwise."""
+    if stream is None or run is None:
         yield
         return
-    import sys
     import threading
 
     from tqdm import tqdm
 
     from trident.report.plot import short_name
 
-    tty = sys.stderr.isatty()
+    tty = stream.isatty()
     stop = threading.Event()
     t0 = time.perf_counter()
-    bar = tqdm(total=total, unit=unit, desc=f"{run.config.policy_name:>8}", file=sys.stderr, leave=True,
+    bar = tqdm(total=total, unit=unit, desc=f"{run.config.policy_name:>8}", file=stream, leave=True,
                bar_format="{desc} {bar:20} {n_fmt}/{total_fmt} {unit} {elapsed} | {postfix}", disable=not tty)
 
     def status() -> tuple[int, str]:
@@ -223,7 +243,7 @@ def _progress(run, total: int, unit: str, enabled: bool):
                     bar.set_postfix_str(text)
                 else:
                     print(f"{run.config.policy_name:>8}: {done}/{total} {unit} read, {text}, "
-                          f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+                          f"{time.perf_counter() - t0:.0f} s", file=stream, flush=True)
             except Exception:  # noqa: BLE001 - progress never fails the run
                 pass
 
