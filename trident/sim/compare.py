@@ -108,6 +108,7 @@ def plot(results: Sequence[SimResult], labels: Sequence[str], path: str | Path, 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     for r, label in zip(results, labels):
@@ -120,6 +121,8 @@ def plot(results: Sequence[SimResult], labels: Sequence[str], path: str | Path, 
             ax2.step(t[::step] / 3600.0, 100.0 * r.used_gpus[::step] / r.total_gpus, where="post", label=label,
                      linewidth=0.8)
     ax1.set_xscale("log")
+    ax1.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax1.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax1.set_xlabel("job completion time [s] (log scale)")
     ax1.set_ylabel("fraction of jobs finished")
     ax1.set_title("job completion time (CDF: higher and further left is better)")
