@@ -62,6 +62,14 @@ def _inputs(args: argparse.Namespace, out: Path):
     return paths, truth, f"{clips} clips: {max(1, clips // 2)} at SD, then {clips - max(1, clips // 2)} at HD"
 
 
+def _print_table(result) -> None:
+    key = "path" if result.kind == "pdf" else "clip"
+    extra = ["n_pages", "ocr_pages", "chars"] if result.kind == "pdf" else ["n_scenes", "cut_frames", "text"]
+    table = result.table[[key, "status", "reason"] + extra].copy()
+    table[key] = table[key].map(lambda p: Path(p).name)
+    print(table.to_string(index=False, max_colwidth=60))
+
+
 def _run(args: argparse.Namespace, policy: str, paths, truth, out: Path, progress):
     from trident.demos.runner import run_pdf, run_video
 
@@ -105,9 +113,9 @@ def main(args: argparse.Namespace) -> int:
                  f"MISSING {list(acc.missing)}, DUPLICATED {list(acc.duplicated)}")
               + f"; {result.rows} {unit} in {result.out_dir}/")
     if args.verbose:
-        for result in results.values():
-            for note in result.notes:
-                print(note)
+        _print_table(results[args.policy])
+        for note in results[args.policy].notes:
+            print(note)
     label = {"ray": "stock Ray Data", "trident": "trident"}
     rows = [figures(label.get(p, p), r.run.record, wall_s=r.wall_s, rows=r.rows) for p, r in results.items()]
     print()
