@@ -16,7 +16,10 @@ import trident
 from trident.control.metrics import METRICS
 
 os.environ["RAY_AUTH_MODE"] = "disabled"
-pytest.importorskip("prometheus_client", reason="Ray's metrics agent needs ray[default]")
+# Ray exports metrics through its dashboard agent's reporter, which needs ray[default]
+# (trident's "metrics" extra); without it there is no endpoint to scrape
+pytest.importorskip("ray.dashboard.modules.reporter.reporter_agent",
+                    reason="Ray's metrics agent needs ray[default]: pip install 'trident[metrics]'")
 
 ROWS = 200
 LIMIT_BYTES = 8 * 2**30
