@@ -18,6 +18,7 @@ import warnings
 from typing import Any
 
 from trident.config import AutoscaleConfig
+from trident.control.metrics import count_event
 from trident.report.record import Event, ExecutionRecord, RunRecord, summarize
 
 
@@ -123,6 +124,24 @@ class Run:
 
         plot_run(self.record, path)
 
+    def _repr_html_(self) -> str:
+        """A short summary for Jupyter: policy, wall time, rows, plans and fallbacks."""
+        import html
+
+        s = self.summary()
+        cells = [("policy", s["policy"]), ("executions", s["executions"]),
+                 ("wall time", f"{s['wall_s']:.1f} s" if "wall_s" in s else "running"),
+                 ("rows", "not measured" if s["rows"] is None else s["rows"]),
+                 ("throughput", f"{s['throughput_rows_per_s']:.3g} rows/s" if "throughput_rows_per_s" in s else "-"),
+                 ("decisions / plans", f"{s['decisions']} / {s['plans']}"),
+                 ("reconfigurations", s["reconfigurations"]),
+                 ("failed tasks", sum(s["failed_tasks"].values())),
+                 ("fallbacks", len(s["fallbacks"]) + (s["controller_failure"] is not None))]
+        rows = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
+                       for k, v in cells)
+        return (f"<b>trident.Run</b><table>{rows}</table>"
+                "<small>run.report() for every decision, run.plot(path) for the timeline</small>")
+
     @property
     def executions(self) -> list[ExecutionRecord]:
         return self.record.executions
@@ -169,6 +188,7 @@ class Run:
     def _record_error(self, message: str) -> None:
         with self._lock:
             self.record.events.append(Event(self._now_s(), "fallback", message))
+        count_event("", "fallback")
         self._warn_once("error:" + message, f"trident stepped back: {message}")
 
     def _warn_once(self, key: str, message: str) -> None:

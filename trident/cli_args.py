@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import sys
 from typing import Callable
 
 from trident.errors import ConfigError
@@ -100,18 +98,7 @@ def output_dir(path: str, option: str) -> str:
 
 
 def silence_solver_banner() -> None:
-    """HiGHS prints a banner on stdout when the first solver of a process is built; build that
-    one now with stdout muted, so a command's output stays its own."""
-    try:
-        import highspy
-    except ImportError:
-        return
-    sys.stdout.flush()
-    saved, null = os.dup(1), os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(null, 1)
-        highspy.Highs()
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-        os.close(null)
+    """Keep HiGHS's start-up banner out of a command's output (see :func:`trident.solver.silence_banner`)."""
+    from trident.solver import silence_banner
+
+    silence_banner()

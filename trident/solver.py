@@ -96,7 +96,7 @@ def _warm_highs():
             self.start = start or {}
 
         def createAndConfigureSolver(self, lp) -> None:
-            _silence_banner()
+            silence_banner()
             super().createAndConfigureSolver(lp)
 
         def callSolver(self, lp) -> None:
@@ -111,7 +111,7 @@ def _warm_highs():
 _BANNER_SHOWN = False
 
 
-def _silence_banner() -> None:
+def silence_banner() -> None:
     """HiGHS prints its banner to the process's stdout when the first model is created, before
     any option can be set: create that first one with stdout pointed at /dev/null."""
     global _BANNER_SHOWN
@@ -120,7 +120,10 @@ def _silence_banner() -> None:
     import os
     import sys
 
-    import highspy
+    try:
+        import highspy
+    except ImportError:
+        return
 
     sys.stdout.flush()
     saved = os.dup(1)

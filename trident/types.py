@@ -207,6 +207,10 @@ class Decision:
     plan: Plan | None = None
     notes: tuple[str, ...] = field(default=())
     kind: str = ""
+    predicted_rows_per_s: tuple[tuple[str, float], ...] = ()
+    """(operator, rows out per second) the plan made at this step expects; empty when none."""
+    regime_changes: tuple[str, ...] = ()
+    """Operators whose data started a new regime at this step."""
 
     def __post_init__(self) -> None:
         if self.kind not in DECISION_KINDS:

@@ -130,3 +130,14 @@ def test_report_shows_the_peak_rss_per_replica_not_the_last():
     assert "peak rss/replica" in text
     row = next(line for line in text.splitlines() if line.strip().startswith("MapBatches(Embed)"))
     assert row.rstrip().endswith("900.0MiB"), row
+
+
+def test_run_shows_a_short_html_summary():
+    from trident.api import Run
+    from trident.config import AutoscaleConfig
+
+    run = Run(AutoscaleConfig.from_user(policy="ds2"))
+    run.record = record()
+    html = run._repr_html_()
+    assert "<table>" in html and "ds2" in html and "300" in html and "2 / 1" in html  # decisions / plans
+    assert html.count("<tr>") == 9

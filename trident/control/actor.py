@@ -30,6 +30,15 @@ class Controller:
         self.policy = policy
         self.context = context
         self.loops: dict[str, ControlLoop] = {}
+        if not hasattr(self, "metrics"):  # one set of series per controller process, kept across runs
+            from trident.control.metrics import ControllerMetrics
+
+            try:
+                self.metrics: ControllerMetrics | None = ControllerMetrics()
+            except Exception:  # noqa: BLE001 - no metrics agent: control works without the view
+                self.metrics = None
+        elif self.metrics is not None:
+            self.metrics.targets.clear()  # the last run's executions are over
 
     def node_id(self) -> str:
         """The Ray node this controller runs on."""
@@ -38,11 +47,16 @@ class Controller:
         return ray.get_runtime_context().get_node_id()
 
     def step(self, snapshot: Snapshot, now: float) -> Decision:
+        """One control step of ``snapshot``'s execution; its series go to Ray's metrics endpoint."""
         loop = self.loops.get(snapshot.execution_id)
         if loop is None:
             policy = self.policy if isinstance(self.policy, str) else self.policy(context=self.context)
             loop = self.loops[snapshot.execution_id] = ControlLoop(policy=policy, context=self.context)
-        return loop.step(snapshot, now)
+        decision = loop.step(snapshot, now)
+        if self.metrics is not None:
+            self.metrics.record(snapshot, decision, policy=getattr(loop.policy, "name", type(loop.policy).__name__),
+                                memory_limit_bytes=self.context.memory_limit_bytes)
+        return decision
 
 
 @dataclass(frozen=True)

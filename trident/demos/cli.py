@@ -1,9 +1,20 @@
-"""``trident demo pdf|video``: a curation example on an embedded local Ray (logical GPUs),
-controlled by ``trident.autoscale``; prints the run report and writes the plot."""
+"""``trident demo pdf|video``: a curation pipeline on an embedded local Ray (logical GPUs)
+under ``trident.autoscale``, on input whose mix changes half-way (PDF: text documents, then
+scanned ones that need OCR; video: SD clips, then HD ones), so that trident re-plans while
+it runs. ``--compare ray`` then runs stock Ray Data's autoscaler on the same input and
+prints both side by side, with what trident changed and why.
+
+Examples::
+
+    trident demo pdf --compare ray
+    trident demo video --small --out /tmp/demo
+"""
 from __future__ import annotations
 
 import argparse
-import tempfile
+import shutil
+import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 from trident.cli_args import autoscale_policy, integer, memory_size, output_dir
@@ -11,14 +22,20 @@ from trident.cli_args import autoscale_policy, integer, memory_size, output_dir
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("workload", choices=("pdf", "video"), help="which curation example to run")
-    parser.add_argument("--out", default=None, help="output folder (default: a new temporary folder)")
+    parser.add_argument("--compare", type=autoscale_policy, default=None, metavar="POLICY",
+                        help="also run this policy (e.g. ray: stock Ray Data) on the same input, after the first, and "
+                             "print both side by side (default: none, one run)")
+    parser.add_argument("--out", default=None,
+                        help="output folder (default: ./trident-demo-pdf or ./trident-demo-video)")
+    parser.add_argument("--small", action="store_true", help="a small input: a quick run (tests use it)")
+    parser.add_argument("--verbose", action="store_true", help="show Ray's own log lines and progress bars")
     parser.add_argument("--policy", type=autoscale_policy, default="trident",
                         help="autoscaling policy: trident, ds2, ray or static")
     parser.add_argument("--memory-limit", type=memory_size, default=None,
                         help="memory the pipeline may use, e.g. 8GiB (default: no limit)")
     parser.add_argument("--size", type=integer(1), default=None,
-                        help="generated documents (pdf, default 8) or clips (video, default 4)")
-    parser.add_argument("--resolution", default="sd", choices=("tiny", "sd", "hd"), help="video frame size")
+                        help="scanned documents (pdf; twice as many text ones) or clips (video) "
+                             "(default: the --small or full size)")
     parser.add_argument("--seed", type=integer(0), default=0, help="seed of the generated input")
     parser.add_argument("--cpus", type=integer(3), default=8,
                         help="logical CPUs of the embedded Ray (at least 3: one per model actor and one for "
@@ -27,45 +44,100 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-samples", action="store_true", help="pdf: use generated documents only")
 
 
+def _inputs(args: argparse.Namespace, out: Path):
+    from trident.demos.runner import PDF_SIZES, SAMPLES_PDF_DIR, VIDEO_SIZES, pdf_inputs, video_inputs
+
+    size = "small" if args.small else "full"
+    if args.workload == "pdf":
+        sizes = dict(PDF_SIZES[size])
+        if args.size:
+            sizes.update(scanned_docs=args.size, text_docs=2 * args.size)
+        paths = pdf_inputs(out / "input", seed=args.seed, samples_dir=None if args.no_samples else SAMPLES_PDF_DIR,
+                           **sizes)
+        what = (f"{len(paths) - sizes['scanned_docs']} text PDFs, then {sizes['scanned_docs']} scanned ones "
+                f"({sizes['scanned_pages']} image-only pages each)")
+        return paths, None, what
+    clips = args.size or VIDEO_SIZES[size]["clips"]
+    paths, truth = video_inputs(out / "input", clips=clips, seed=args.seed)
+    return paths, truth, f"{clips} clips: {max(1, clips // 2)} at SD, then {clips - max(1, clips // 2)} at HD"
+
+
 def _print_table(result) -> None:
-    cols = ["status", "reason"]
     key = "path" if result.kind == "pdf" else "clip"
     extra = ["n_pages", "ocr_pages", "chars"] if result.kind == "pdf" else ["n_scenes", "cut_frames", "text"]
-    table = result.table[[key] + cols + extra].copy()
+    table = result.table[[key, "status", "reason"] + extra].copy()
     table[key] = table[key].map(lambda p: Path(p).name)
     print(table.to_string(index=False, max_colwidth=60))
 
 
+def _run(args: argparse.Namespace, policy: str, paths, truth, out: Path, progress):
+    from trident.demos.runner import run_pdf, run_video
+
+    kw = dict(policy=policy, memory_limit=args.memory_limit, progress=progress)
+    if args.workload == "pdf":
+        return run_pdf(paths, out, **kw)
+    return run_video(paths, truth, out, **kw)
+
+
 def main(args: argparse.Namespace) -> int:
-    from trident.demos.runner import SAMPLES_PDF_DIR, run_pdf, run_video, start_ray
+    from trident.demos.runner import quiet_stderr, start_ray
+    from trident.demos.story import changes, figures, side_by_side
 
-    out = Path(output_dir(args.out, "--out") if args.out else tempfile.mkdtemp(prefix=f"trident-demo-{args.workload}-"))
-    print(f"trident demo {args.workload}: policy={args.policy}, output in {out}")
-    start_ray(num_cpus=args.cpus, num_gpus=args.gpus)
-    try:
-        if args.workload == "pdf":
-            samples = None if args.no_samples else SAMPLES_PDF_DIR
-            result = run_pdf(out, docs=args.size or 8, seed=args.seed, samples_dir=samples, policy=args.policy,
-                             memory_limit=args.memory_limit)
-        else:
-            result = run_video(out, clips=args.size or 4, seed=args.seed, resolution=args.resolution,
-                               policy=args.policy, memory_limit=args.memory_limit)
-    finally:
-        import ray
+    out = Path(output_dir(args.out or f"trident-demo-{args.workload}", "--out"))
+    policies = [args.policy] + ([args.compare] if args.compare and args.compare != args.policy else [])
+    for sub in ("input", "warmup", *policies):  # a previous demo's files here would be read again
+        shutil.rmtree(out / sub, ignore_errors=True)
+    paths, truth, what = _inputs(args, out)
+    print(f"trident demo {args.workload}: {what}")
+    print(f"runs: {' then '.join(policies)} (the same input); output in {out}/")
+    results = {}
+    ray_log = out / "ray.log"
+    with nullcontext(sys.stderr) if args.verbose else quiet_stderr(ray_log) as terminal:
+        start_ray(num_cpus=args.cpus, num_gpus=args.gpus, verbose=args.verbose)
+        try:
+            if len(policies) > 1:  # the first timed run must not pay for cold caches alone
+                print("warm-up (untimed): the first and the last input, so both runs start warm", flush=True)
+                _run(args, None, paths[:1] + paths[-1:], truth, out / "warmup", None)
+                shutil.rmtree(out / "warmup", ignore_errors=True)
+            for policy in policies:
+                results[policy] = _run(args, policy, paths, truth, out / policy, terminal)
+        finally:
+            import ray
 
-        ray.shutdown()
+            ray.shutdown()
+    unit = "pages" if args.workload == "pdf" else "scenes"
+    ok = True
     print()
-    _print_table(result)
-    for note in result.notes:
-        print(note)
-    acc = result.accounting
-    print(f"\n{acc.inputs} inputs: {acc.processed} processed, {len(acc.skipped)} skipped"
-          + (f"; MISSING {list(acc.missing)}, DUPLICATED {list(acc.duplicated)}" if not acc.complete else "")
-          + f"; pipeline wall time {result.wall_s:.1f} s")
-    if result.run is not None:
-        print()
-        result.run.report()
-        plot = out / "run.png"
+    for policy, result in results.items():
+        acc = result.accounting
+        ok &= acc.complete
+        print(f"{policy}: {acc.inputs} inputs, {acc.processed} processed, {len(acc.skipped)} skipped "
+              f"({'; '.join(sorted(set(r.split(':')[0] for r in acc.skipped.values()))) or 'none'}), "
+              + ("each exactly once" if acc.complete else
+                 f"MISSING {list(acc.missing)}, DUPLICATED {list(acc.duplicated)}")
+              + f"; {result.rows} {unit} in {result.out_dir}/")
+    if args.verbose:
+        _print_table(results[args.policy])
+        for note in results[args.policy].notes:
+            print(note)
+    label = {"ray": "stock Ray Data", "trident": "trident"}
+    rows = [figures(label.get(p, p), r.run.record, wall_s=r.wall_s, rows=r.rows)
+            for p, r in reversed(results.items())]  # the baseline's column first
+    print()
+    print(side_by_side(rows, unit=unit))
+    main_run = results[args.policy].run
+    print(f"\nwhat {args.policy} changed and why (seconds since its run began):")
+    print("\n".join(changes(main_run.record)))
+    for policy, result in results.items():
+        plot = Path(result.out_dir) / "run.png"
         result.run.plot(str(plot))
+        result.run.to_json(str(Path(result.out_dir) / "run.json"))
         print(f"plot: {plot}")
-    return 0 if acc.complete else 1
+    for warning in dict.fromkeys(w for r in results.values() for w in r.run.record.warnings):
+        print(f"warning: {warning}")
+    if args.verbose:
+        main_run.report()
+    else:
+        print(f"every decision with its reason: {Path(results[args.policy].out_dir) / 'run.json'} "
+              f"(or --verbose for the full report); Ray's log lines: {ray_log}")
+    return 0 if ok else 1

@@ -144,3 +144,18 @@ def write_corpus(out_dir: str | Path, *, seed: int = 0, short: int = 2, long: in
     if encrypted:
         save("encrypted", encrypted_pdf([" ".join(sentences(rng, 4))]), "encrypted", 1, enc=True)
     return docs
+
+
+def write_shifting_corpus(out_dir: str | Path, *, seed: int = 0, text_docs: int = 24, scanned_docs: int = 8,
+                          scanned_pages: int = 2) -> list[GeneratedPdf]:
+    """A corpus whose mix changes half-way: text documents first (``a-text-*``: short, long,
+    two-column, a near-duplicate, an encrypted one), then scanned ones (``b-scan-*``, image-only
+    pages that need OCR). Read in name order, the OCR stage's work per row jumps when the
+    scanned documents arrive."""
+    n_long = max(1, text_docs // 6)
+    n_two = max(1, text_docs // 6)
+    n_short = max(1, text_docs - n_long - n_two - 2)
+    docs = write_corpus(out_dir, seed=seed, short=n_short, long=n_long, two_column=n_two, scanned=0,
+                        long_pages=3, prefix="a-text")
+    return docs + write_corpus(out_dir, seed=seed + 1, short=0, long=0, two_column=0, scanned=scanned_docs,
+                               scanned_pages=scanned_pages, duplicate=False, encrypted=False, prefix="b-scan")

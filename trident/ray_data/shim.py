@@ -365,4 +365,7 @@ class ExecutionShim:
                                           value=float(value) if value is not None else None, applied=applied))
 
     def _event(self, kind: str, message: str) -> None:
+        from trident.control.metrics import count_event
+
         self.record.events.append(Event(time_s=self.now_s(), kind=kind, message=message))
+        count_event(self.record.dataset_id, kind)

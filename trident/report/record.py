@@ -130,7 +130,9 @@ def _decision(d: dict[str, Any]) -> Decision:
         plan = Plan(seq=plan["seq"], targets=tuple(OperatorTarget(**t) for t in plan["targets"]),
                     reason=plan["reason"], created_at_s=plan["created_at_s"])
     return Decision(time_s=d["time_s"], reason=d["reason"], plan=plan, notes=tuple(d.get("notes", ())),
-                    kind=d.get("kind", ""))
+                    kind=d.get("kind", ""),
+                    predicted_rows_per_s=tuple((n, r) for n, r in d.get("predicted_rows_per_s", ())),
+                    regime_changes=tuple(d.get("regime_changes", ())))
 
 
 def _execution(d: dict[str, Any]) -> ExecutionRecord:

@@ -108,6 +108,7 @@ def plot(results: Sequence[SimResult], labels: Sequence[str], path: str | Path, 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     for r, label in zip(results, labels):
@@ -120,13 +121,18 @@ def plot(results: Sequence[SimResult], labels: Sequence[str], path: str | Path, 
             ax2.step(t[::step] / 3600.0, 100.0 * r.used_gpus[::step] / r.total_gpus, where="post", label=label,
                      linewidth=0.8)
     ax1.set_xscale("log")
-    ax1.set_xlabel("job completion time (s)")
-    ax1.set_ylabel("fraction of jobs")
-    ax1.set_title("JCT CDF")
-    ax1.legend(fontsize=8)
-    ax2.set_xlabel("time (h)")
-    ax2.set_ylabel("GPUs held (%)")
-    ax2.set_title("GPU utilisation")
+    ax1.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax1.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax1.set_xlabel("job completion time [s] (log scale)")
+    ax1.set_ylabel("fraction of jobs finished")
+    ax1.set_title("job completion time (CDF: higher and further left is better)")
+    ax2.set_xlabel("simulated time [h]")
+    ax2.set_ylabel("GPUs held [% of the cluster]")
+    ax2.set_title("GPU utilisation over time")
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, title="policy", title_fontsize=8)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
@@ -140,5 +146,7 @@ def write(doc: dict, results: Sequence[SimResult], out_dir: str | Path, stem: st
     out.mkdir(parents=True, exist_ok=True)
     json_path, png_path = out / f"{stem}.json", out / f"{stem}.png"
     json_path.write_text(json.dumps(doc, indent=2) + "\n")
-    plot(results, [r["policy"] for r in doc["rows"]], png_path, title=str(doc["workload"].get("name", "")))
+    w = doc["workload"]
+    title = str(w.get("name", "")) + "".join(f", {k} {w[k]}" for k in ("jobs", "load", "seed") if k in w)
+    plot(results, [r["policy"] for r in doc["rows"]], png_path, title=title)
     return json_path, png_path

@@ -18,6 +18,9 @@ Pure: no Ray, no clock; seeded. Every decision has a ``kind`` and a reason.
 """
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 import numpy as np
 
 from trident.control.policy import PolicyContext
@@ -53,6 +56,10 @@ class TridentPolicy:
         self.last_plan_s: float | None = None
         self.replan_now = False
         self._regimes_seen = 0
+        self.changed_ops: list[str] = []
+        """Operators whose regime changed in this step."""
+        self.predicted: tuple[tuple[str, float], ...] = ()
+        """(operator, rows out/s) the plan made in this step expects."""
         self.inner_sent: dict[str, int] = {}
         """The last size the inner loop asked of each pool (the shim keeps a target until changed)."""
 
@@ -65,7 +72,9 @@ class TridentPolicy:
     def step(self, snapshot: Snapshot, now: float) -> Decision:
         """One control step; an internal error keeps the current plan and says so (fail open)."""
         try:
-            return self._step(snapshot, now)
+            self.changed_ops, self.predicted = [], ()
+            decision = self._step(snapshot, now)
+            return replace(decision, regime_changes=tuple(self.changed_ops), predicted_rows_per_s=self.predicted)
         except Exception as exc:  # noqa: BLE001 - the pipeline must never fail because the policy did
             self.phases.clear()
             return Decision(time_s=now, reason=f"error: {type(exc).__name__}: {exc}; keeping the current plan",
@@ -83,7 +92,10 @@ class TridentPolicy:
         notes: list[str] = []
         for op in snap.operators:
             if op.config.kind in ("task", "actor"):
+                before = self.observer.regime_changes
                 notes += self.observer.observe(op, snap.time_s)
+                if self.observer.regime_changes != before:
+                    self.changed_ops.append(op.name)
         if self.observer.regime_changes != self._regimes_seen:
             self._regimes_seen = self.observer.regime_changes
             self.ceilings.clear()  # the data changed: what blocked a size may not block it now
@@ -161,6 +173,11 @@ class TridentPolicy:
                                  if planning.rates[o.name].rows_per_s < problem.UNKNOWN_RATE}
         rates = ", ".join(f"{n} {e.rows_per_s:.3g} rows/s per replica ({e.source})"
                           for n, e in planning.rates.items() if e.rows_per_s < problem.UNKNOWN_RATE)
+        out, f = [], 1.0
+        for o, sel in zip(ops, estimates.selectivities(ops, self.tracks)):
+            f *= sel
+            out.append((o.name, result.throughput_rows_per_s * f))
+        self.predicted = tuple(p for p in out if math.isfinite(p[1]))
         phase = self.phases.start(rollout.phases(), now)
         steps = "; ".join(st.reason for st in rollout.steps)
         reason = (f"plan: {result.reason}; {rollout.reason}; from {rates}; steps: {steps} | now: "

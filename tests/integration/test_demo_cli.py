@@ -1,0 +1,34 @@
+"""``trident demo pdf --small --compare ray``: both runs on the same input, every document
+exactly once, the side-by-side table, the plot paths, and none of Ray's log lines."""
+import os
+from pathlib import Path
+
+import pytest
+
+from trident.cli import main
+
+pytest.importorskip("pypdf")
+pytest.importorskip("rapidocr_onnxruntime")
+os.environ["RAY_AUTH_MODE"] = "disabled"
+
+
+def test_demo_pdf_small_compare_ray(tmp_path, capfd, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rc = main(["demo", "pdf", "--small", "--no-samples", "--compare", "ray", "--cpus", "4"])
+    out, err = capfd.readouterr()
+    assert rc == 0, out + err
+    demo = Path("trident-demo-pdf")  # the default output folder, in the current directory
+    for policy in ("ray", "trident"):
+        assert f"{policy}: 8 inputs, 7 processed, 1 skipped (encrypted), each exactly once" in out, out
+        assert (demo / policy / "run.png").stat().st_size > 10_000
+        assert f"plot: {demo / policy / 'run.png'}" in out
+        assert (demo / policy / "documents.parquet").exists() and (demo / policy / "run.json").exists()
+    table = out[out.index("wall time") - 200:].splitlines()
+    header = next(line for line in table if "stock Ray Data" in line)
+    assert "trident" in header and "ratio" in header
+    assert any(line.startswith("tasks failed") for line in table)
+    assert "what trident changed and why" in out
+    # Ray's own log lines stay off the terminal without --verbose
+    assert "streaming_executor" not in out + err and "core_worker" not in out + err
+    assert (demo / "ray.log").exists() and f"Ray's log lines: {demo / 'ray.log'}" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trident-demo-pdf"]

@@ -1,0 +1,114 @@
+"""trident's series on Ray's Prometheus endpoint: a small pipeline under trident.autoscale, then
+the endpoint scraped for every series with values that fit the run."""
+import os
+import re
+import socket
+import sys
+import time
+import urllib.request
+
+import pytest
+
+import ray
+from ray.data import ActorPoolStrategy
+
+import trident
+from trident.control.metrics import METRICS
+
+os.environ["RAY_AUTH_MODE"] = "disabled"
+# Ray exports metrics through its dashboard agent's reporter, which needs ray[default]
+# (trident's "metrics" extra); without it there is no endpoint to scrape
+pytest.importorskip("ray.dashboard.modules.reporter.reporter_agent",
+                    reason="Ray's metrics agent needs ray[default]: pip install 'trident[metrics]'")
+
+ROWS = 200
+LIMIT_BYTES = 8 * 2**30
+LINE = re.compile(r'^(\w+)\{(.*)\} (\S+)$')
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def metrics_port():
+    port = _free_port()
+    ray.init(address="local", num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False,
+             _metrics_export_port=port, _system_config={"metrics_report_interval_ms": 500})
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    yield port
+    ray.shutdown()
+
+
+def _slow(batch):
+    time.sleep(0.01)
+    return batch
+
+
+class _Model:
+    def __call__(self, batch):
+        time.sleep(0.02)
+        return batch
+
+
+def scrape(port: int) -> list[tuple[str, dict[str, str], float]]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out = []
+    for line in text.splitlines():
+        m = LINE.match(line)
+        if m:
+            labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2)))
+            out.append((m.group(1), labels, float(m.group(3))))
+    return out
+
+
+def test_trident_series_on_rays_endpoint(metrics_port):
+    ds = (ray.data.range(ROWS, override_num_blocks=30)
+          .map_batches(_slow)
+          .map_batches(_Model, compute=ActorPoolStrategy(min_size=1, max_size=3), num_gpus=0.5, batch_size=10))
+    with trident.autoscale(memory_limit=LIMIT_BYTES, interval_s=0.25) as run:
+        rows = ds.take_all()
+    assert sorted(int(r["id"]) for r in rows) == list(range(ROWS))  # every row exactly once
+    (execution,) = run.executions
+    model_op = next(op.name for op in execution.snapshots[-1].operators if "_Model" in op.name)
+
+    wanted = {"ray_" + s.name + ("_total" if s.kind == "counter" else "") for s in METRICS
+              if s.name not in ("trident_fallbacks", "trident_regime_changes", "trident_predicted_rows_per_s")}
+    def decided(series):
+        return sum(v for n, _, v in series if n == "ray_trident_decisions_total")
+
+    deadline = time.monotonic() + 60
+    while True:  # Ray's agent exports every metrics_report_interval_ms, each series on its own
+        series = [s for s in scrape(metrics_port) if s[1].get("execution") == execution.execution_id]
+        complete = wanted <= {name for name, _, _ in series} and decided(series) >= len(execution.decisions)
+        if complete or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert wanted <= {name for name, _, _ in series}, sorted(wanted - {name for name, _, _ in series})
+
+    def value(name, **labels):
+        found = [v for n, lab, v in series if n == name and all(lab.get(k) == x for k, x in labels.items())]
+        assert found, (name, labels)
+        return found
+
+    assert all(lab["dataset"] == execution.dataset_id and lab["policy"] == "trident" for _, lab, _ in series)
+    assert value("ray_trident_batch_size", operator=model_op) == [10.0]
+    (target,) = value("ray_trident_target_replicas", operator=model_op)
+    assert 1 <= target <= 3
+    (running,) = value("ray_trident_running_replicas", operator=model_op)
+    assert 0 <= running <= 3
+    (heap,) = value("ray_trident_heap_per_replica_bytes", operator=model_op)
+    assert 10 * 2**20 < heap < 16 * 2**30  # a Python worker's resident memory
+    assert value("ray_trident_memory_limit_bytes") == [float(LIMIT_BYTES)]
+    # the controller may have decided once more than the run polled before it ended
+    assert decided(series) >= len(execution.decisions) >= 3
+    kinds = {lab["kind"] for n, lab, _ in series if n == "ray_trident_decisions_total"}
+    assert kinds <= set(trident.types.DECISION_KINDS) - {""} | {"none"}, kinds
+    planned = {n for d in execution.decisions for n, _ in d.predicted_rows_per_s}
+    predicted = {lab["operator"] for n, lab, v in series if n == "ray_trident_predicted_rows_per_s" and v > 0}
+    assert planned <= predicted, (planned, predicted)
+    # beside Ray Data's own series, under the same dataset label
+    ray_data = [lab for n, lab, _ in scrape(metrics_port) if n.startswith("ray_data_")]
+    assert any(lab.get("dataset") == execution.dataset_id for lab in ray_data)

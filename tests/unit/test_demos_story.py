@@ -1,0 +1,49 @@
+"""What a demo prints after its runs: the side-by-side table and the changes trident made."""
+from dataclasses import replace
+
+from trident.demos.story import changes, figures, side_by_side
+from trident.report.plot import short_name
+from trident.types import Decision, OperatorTarget, Plan
+
+from test_report import record
+
+
+def test_side_by_side_has_both_runs_and_the_ratio():
+    base = figures("stock Ray Data", record(), wall_s=20.0, rows=300)
+    ours = figures("trident", record(), wall_s=10.0, rows=300)
+    assert ours.rows_per_s == 30.0 and ours.failed_tasks == 1 and ours.peak_heap_mib == 200
+    table = side_by_side([base, ours], unit="pages")
+    lines = table.splitlines()
+    assert "stock Ray Data" in lines[0] and "trident" in lines[0] and "ratio" in lines[0]
+    assert lines[1].split()[-1] == "0.50x"  # wall time: trident's over stock Ray's
+    assert lines[2].startswith("pages/s") and lines[2].split()[-1] == "2.00x"
+    assert 5 <= len(lines) <= 10
+
+
+def test_changes_name_targets_and_reasons_and_count_inner_moves():
+    r = record()
+    e = r.executions[0]
+    op = "MapBatches(Embed)"
+    plan = Plan(seq=2, targets=(OperatorTarget(name=op, replicas=5, batch_size=16),), created_at_s=6.0,
+                reason="plan: throughput 40 -> 90 rows/s; cold start pays off | now: Embed -> 5")
+    inner = Plan(seq=3, targets=(OperatorTarget(name=op, replicas=4),), reason="inner: util 0.4", created_at_s=8.0)
+    e.decisions = [Decision(time_s=3.0, reason="change: rows/s 40 -> 4", regime_changes=(op,), kind="observe"),
+                   Decision(time_s=6.0, reason=plan.reason, plan=plan, kind="plan"),
+                   Decision(time_s=8.0, reason=inner.reason, plan=inner, kind="inner")]
+    lines = changes(r)
+    assert lines[0].strip().startswith("3.5 s") and "data changed at Embed" in lines[0]
+    assert "plan: Embed 1->5, Embed batch 16 (throughput 40 -> 90 rows/s)" in lines[1]
+    assert "inner loop: 1 pool moves" in lines[2]
+    assert len(changes(r, limit=1)) == 2  # one line, then how many more
+
+
+def test_no_change_is_said_plainly():
+    r = record()
+    r.executions[0].decisions = [replace(d, plan=None) for d in r.executions[0].decisions]
+    assert "no change" in changes(r)[0]
+
+
+def test_short_names():
+    assert short_name("MapBatches(OcrPages)") == "OcrPages"
+    assert short_name("ReadFiles->MapBatches(parse_pdfs)") == "parse_pdfs"
+    assert short_name("Write") == "Write"

@@ -1,0 +1,104 @@
+"""What a demo prints after its runs: the side-by-side table and what trident changed and why.
+
+Pure: built from :class:`~trident.report.record.RunRecord` s (or saved run JSON), no Ray.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trident.report.plot import short_name
+from trident.report.record import RunRecord, summarize
+
+CHANGE_KINDS = ("plan", "replan", "tune")
+"""Decision kinds told one by one; the inner loop's many small moves are counted instead."""
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """One run's figures for the side-by-side table (units in the names)."""
+
+    label: str
+    wall_s: float
+    rows: int
+    failed_tasks: int
+    peak_heap_mib: float | None
+    reconfigurations: int
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def figures(label: str, record: RunRecord, *, wall_s: float, rows: int) -> RunFigures:
+    """``wall_s`` and ``rows`` as the demo measured them (pipeline wall time, rows written)."""
+    s = summarize(record)
+    peaks = s["peak_heap_rss_per_replica_bytes"].values()
+    return RunFigures(label=label, wall_s=wall_s, rows=rows, failed_tasks=sum(s["failed_tasks"].values()),
+                      peak_heap_mib=max(peaks) / 2**20 if peaks else None, reconfigurations=s["reconfigurations"])
+
+
+def side_by_side(runs: list[RunFigures], *, unit: str = "rows") -> str:
+    """A small table, one column per run; the last column's ratio to the first is added."""
+    heads = [""] + [r.label for r in runs]
+    lines = [
+        ["wall time"] + [f"{r.wall_s:.1f} s" for r in runs],
+        [f"{unit}/s"] + [f"{r.rows_per_s:.2f}" for r in runs],
+        ["tasks failed (OOM kills, retries)"] + [str(r.failed_tasks) for r in runs],
+        ["peak heap per replica"] + [f"{r.peak_heap_mib:.0f} MiB" if r.peak_heap_mib else "-" for r in runs],
+        ["reconfigurations"] + [str(r.reconfigurations) for r in runs],
+    ]
+    if len(runs) > 1 and runs[0].rows_per_s > 0:
+        heads.append("ratio")
+        lines[0].append(f"{runs[-1].wall_s / runs[0].wall_s:.2f}x" if runs[0].wall_s else "-")
+        lines[1].append(f"{runs[-1].rows_per_s / runs[0].rows_per_s:.2f}x")
+        for row in lines[2:]:
+            row.append("")
+    table = [heads] + lines
+    widths = [max(len(row[i]) for row in table) for i in range(len(heads))]
+    return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+                     for row in table)
+
+
+def _why(reason: str, kind: str) -> str:
+    """The first clause of a decision's reason, without its kind prefix, at most ~90 characters."""
+    text = reason.split(" | ")[0]
+    if text.startswith(kind + ":"):
+        text = text[len(kind) + 1:]
+    text = text.split("; ")[0].strip()
+    return text if len(text) <= 90 else text[:87] + "..."
+
+
+def changes(record: RunRecord, *, limit: int = 8) -> list[str]:
+    """What trident changed and why, one line each (at most ``limit``): regime changes, plans,
+    re-plans and batch-size trials with their targets, and a count of the inner loop's moves."""
+    lines: list[str] = []
+    inner = 0
+    for e in record.executions:
+        replicas = {op.name: op.config.replicas for op in (e.snapshots[0].operators if e.snapshots else ())}
+        for d in e.decisions:
+            t = e.started_at_s + d.time_s
+            for op in d.regime_changes:
+                lines.append(f"{t:6.1f} s  data changed at {short_name(op)}: new regime, plan revisited")
+            if d.plan is None:
+                continue
+            if d.kind not in CHANGE_KINDS:
+                inner += d.kind == "inner"
+                for tgt in d.plan.targets:
+                    replicas[tgt.name] = tgt.replicas if tgt.replicas is not None else replicas.get(tgt.name)
+                continue
+            moves = []
+            for tgt in d.plan.targets:
+                if tgt.replicas is not None:
+                    moves.append(f"{short_name(tgt.name)} {replicas.get(tgt.name) or '?'}->{tgt.replicas}")
+                    replicas[tgt.name] = tgt.replicas
+                if tgt.batch_size is not None:
+                    moves.append(f"{short_name(tgt.name)} batch {tgt.batch_size}")
+            lines.append(f"{t:6.1f} s  {d.kind}: {', '.join(moves) or 'targets kept'} ({_why(d.reason, d.kind)})")
+    if len(lines) > limit:
+        hidden = len(lines) - (limit - 1)
+        lines = lines[:limit - 1] + [f"          ... and {hidden} more (run.report() lists every decision)"]
+    if inner:
+        lines.append(f"          inner loop: {inner} pool moves by Ray's reactive rule within the planner's bounds")
+    if not lines:
+        lines.append("          no change: trident kept the configuration (nothing it measured was worth a change)")
+    return lines
