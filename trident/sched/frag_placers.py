@@ -19,7 +19,11 @@ to a random one:
 - ``best-fit``: the least (CPU, GPU) left over, equally weighted;
 - ``fgd``: the least growth of the node's expected GPU fragmentation (below);
 - ``fgd-bestfit`` (ours): FGD's score, ties (frequent: scores are whole numbers) broken
-  by best fit instead of at random.
+  by best fit instead of at random;
+- ``fgd-tight`` (ours): a GPU share goes to the device it fits most tightly (least free
+  milli left on it), ties by FGD's score; other pods as FGD. (When the cluster fills, FGD
+  leaves its free capacity as slivers of shared GPUs; packing shares tighter keeps more
+  GPUs whole.)
 
 Fragmentation of a node for a *typical* pod ``t`` (one of the most frequent pod shapes, with
 frequency ``f_t``): if the node cannot host ``t`` (too few fitting GPUs, too few CPUs, or
@@ -37,7 +41,7 @@ from trident.errors import ConfigError
 MILLI = 1000
 MAX_CPU_MILLI = 128_000
 MAX_GPU_MILLI = 8_000
-PLACERS = ("random", "dotprod", "gpu-clustering", "gpu-packing", "best-fit", "fgd", "fgd-bestfit")
+PLACERS = ("random", "dotprod", "gpu-clustering", "gpu-packing", "best-fit", "fgd", "fgd-bestfit", "fgd-tight")
 TAGS = ("share", "1", "2", "4", "8", "other")
 
 
@@ -321,6 +325,13 @@ class FragPlacer:
 
     def _fgd(self, nodes, pod, idx, rng):
         return frag_drop(nodes, pod, idx, self.typical, _sigmoid_score)
+
+    def _fgd_tight(self, nodes, pod, idx, rng):
+        score, dev = self._fgd(nodes, pod, idx, rng)
+        if dev is None:
+            return score, dev
+        free = np.where(nodes.gpu[idx] >= pod.gpu_milli, nodes.gpu[idx], 2 * MILLI)
+        return (MILLI - free.min(axis=1) + pod.gpu_milli) * (MAX_SCORE + 1) + score, free.argmin(axis=1)
 
 
 MAX_SCORE = 100

@@ -1,10 +1,10 @@
-"""The allocation experiment's fast FGD score against a direct computation, and the ``milp``
-placer in the experiment on small clusters with known outcomes."""
+"""The allocation experiment's fast FGD score against a direct computation; ``fgd-tight`` and the
+``milp`` placer in the experiment on small clusters with known outcomes."""
 import numpy as np
 import pytest
 
 from trident.sched.base import Allocation
-from trident.sched.frag_placers import (NodeArrays, PodShape, _distinct_rows, frag_drop,
+from trident.sched.frag_placers import (FragPlacer, NodeArrays, PodShape, _distinct_rows, frag_drop,
                                         fragmentation, typical_pods)
 from trident.sim.allocation import Cluster, run
 from trident.sim.allocation_milp import MilpAllocPlacer
@@ -53,6 +53,20 @@ def test_frag_drop_equals_fragmentation_before_minus_after(pod):
 
 def _nodes(*gpus, cpu=64000):
     return NodeArrays([cpu] * len(gpus), [1 << 20] * len(gpus), list(gpus), [0] * len(gpus))
+
+
+def test_fgd_tight_puts_a_share_on_the_tightest_device_and_whole_gpus_as_fgd():
+    n = _nodes(4, 4)
+    n.place(0, PodShape(1000, 10, 1, 400), (1,))          # node 0: (1000, 600, 1000, 1000)
+    n.place(1, PodShape(1000, 10, 1, 700), (2,))          # node 1: (1000, 1000, 300, 1000)
+    typ = typical_pods([SHARE, WHOLE, PodShape(1000, 10, 1, 250)], 1)
+    rng = np.random.default_rng(0)
+    tight = FragPlacer("fgd-tight", typ, node_rank=np.array([0, 1]))
+    assert tight.choose(n, PodShape(1000, 10, 1, 250), rng) == (1, (2,))      # leaves 50, not 350
+    assert tight.choose(n, PodShape(1000, 10, 1, 500), rng) == (0, (1,))      # only 600 >= 500 shared
+    for pod in (WHOLE, PodShape(1000, 10, 2, 1000), CPU):
+        fgd = FragPlacer("fgd", typ, node_rank=np.array([0, 1]))
+        assert tight.choose(n, pod, rng) == fgd.choose(n, pod, rng)
 
 
 def test_milp_packs_whole_gpus_onto_the_used_node_and_never_spans_nodes():
