@@ -44,23 +44,29 @@ ROOT = Path(__file__).resolve().parent.parent
 WEIGHTS = ROOT / "trident" / "sched" / "rltune.pt"
 TRAIN_FRACTION = 0.7
 SOURCES = (("philly-gavel", 6.0, 1.0, 40, 12), ("pollux", 1.0, 1.0, 40, 4))
-"""(shipped trace, arrival speed-up, fraction of the cluster's nodes kept, jobs per window, most windows)."""
+"""(trace spec, arrival speed-up, fraction of the cluster's nodes kept, jobs per window, most windows)."""
+DATA = Path(os.environ.get("TRIDENT_DATA", ROOT / ".." / "shared" / "data")) / "traces"
+CALIBRATED_SOURCES = tuple((f"pollux:{DATA / 'pollux' / 'workloads' / f'workload-{w}.csv'}", load, 1.0, 40, 4)
+                           for w in (1, 2) for load in (1.0, 1.5, 2.0)) + \
+    ((f"philly-gavel:{DATA / 'philly-gavel' / 'seed=0' / '0e4a51.trace'}", 3.0, 1.0, 40, 6),)
+"""``--calibrated``: Pollux workloads 1-2 (run times from the measured tables) at loads 1.0-2.0 and one
+Philly (Gavel) trace of seed 0 at load 3, whole; workloads 3-4 and seed 1 stay unseen."""
 
 
-def windows() -> list[tuple[str, tuple, tuple]]:
+def windows(sources=SOURCES, train_fraction: float = TRAIN_FRACTION) -> list[tuple[str, tuple, tuple]]:
     """(label, nodes, jobs) training windows, arrivals rebased to 0."""
     out = []
-    for name, load, fraction, window, most in SOURCES:
+    for name, load, fraction, window, most in sources:
         trace = load_trace(name)
         nodes = scale_cluster(trace.nodes, fraction) if fraction < 1 else tuple(trace.nodes)
         jobs = sorted(trace.jobs, key=lambda j: (j.arrival_s, j.job_id))
-        train = jobs[: int(TRAIN_FRACTION * len(jobs))]
+        train = jobs[: int(train_fraction * len(jobs))]
         cluster = Cluster(nodes)
         train = [j for j in train if cluster.could_ever_fit(j)]
         for start in range(0, max(1, len(train) - window + 1), window)[:most]:
             chunk = train[start:start + window]
             t0 = chunk[0].arrival_s
-            out.append((f"{name}[{start}:{start + len(chunk)}]", nodes,
+            out.append((f"{Path(name).stem}x{load:g}[{start}:{start + len(chunk)}]", nodes,
                         tuple(replace(j, arrival_s=(j.arrival_s - t0) / load) for j in chunk)))
     return out
 
@@ -101,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=6, help="episodes per PPO update")
     parser.add_argument("--imitation-epochs", type=int, default=30,
                         help="warm-start epochs imitating the smallest-first teacher (0: none)")
+    parser.add_argument("--calibrated", action="store_true",
+                        help="train on Pollux workloads 1-2 and a Philly seed-0 trace (CALIBRATED_SOURCES)")
     parser.add_argument("--out", type=Path, default=WEIGHTS)
     parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args(argv)
@@ -110,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     started = time.perf_counter()
     rng = np.random.default_rng(args.seed)
-    data = windows()
+    sources = CALIBRATED_SOURCES if args.calibrated else SOURCES
+    data = windows(sources, 1.0) if args.calibrated else windows()
     baseline = [replay(nodes, jobs, FifoPolicy(), args.seed) for _, nodes, jobs in data]
     eval_idx = list(range(len(data)))
     config = PpoConfig()
@@ -164,13 +173,15 @@ def main(argv: list[str] | None = None) -> int:
     doc = {"benchmark": "train_rltune", "trident_version": trident_version(),
            "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "machine": {"cpus": os.cpu_count(), "gpus": 0},
-           "workload": {"name": "shipped dev traces, windows from the first 70% of each",
-                        "sources": [list(s) for s in SOURCES],
+           "workload": {"name": ("Pollux workloads 1-2 and a Philly seed-0 trace, whole" if args.calibrated
+                                 else "shipped dev traces, windows from the first 70% of each"),
+                        "sources": [list(s) for s in sources],
                         "seed": args.seed, "mode": "simulated"},
            "baseline": "fifo", "rows": rows, "best_iteration": best[1], "best_greedy_reward": best[0],
            "wall_s": time.perf_counter() - started, "history": history}
-    (args.results / "train_rltune.json").write_text(json.dumps(doc, indent=1))
-    plot(history, args.results / "train_rltune.png")
+    stem = "train_rltune_calibrated" if args.calibrated else "train_rltune"
+    (args.results / f"{stem}.json").write_text(json.dumps(doc, indent=1))
+    plot(history, args.results / f"{stem}.png")
     return 0
 
 

@@ -19,7 +19,11 @@ to a random one:
 - ``best-fit``: the least (CPU, GPU) left over, equally weighted;
 - ``fgd``: the least growth of the node's expected GPU fragmentation (below);
 - ``fgd-bestfit`` (ours): FGD's score, ties (frequent: scores are whole numbers) broken
-  by best fit instead of at random.
+  by best fit instead of at random;
+- ``fgd-tight`` (ours): a GPU share goes to the device it fits most tightly (least free
+  milli left on it), ties by FGD's score; other pods as FGD. (When the cluster fills, FGD
+  leaves its free capacity as slivers of shared GPUs; packing shares tighter keeps more
+  GPUs whole.)
 
 Fragmentation of a node for a *typical* pod ``t`` (one of the most frequent pod shapes, with
 frequency ``f_t``): if the node cannot host ``t`` (too few fitting GPUs, too few CPUs, or
@@ -37,7 +41,7 @@ from trident.errors import ConfigError
 MILLI = 1000
 MAX_CPU_MILLI = 128_000
 MAX_GPU_MILLI = 8_000
-PLACERS = ("random", "dotprod", "gpu-clustering", "gpu-packing", "best-fit", "fgd", "fgd-bestfit")
+PLACERS = ("random", "dotprod", "gpu-clustering", "gpu-packing", "best-fit", "fgd", "fgd-bestfit", "fgd-tight")
 TAGS = ("share", "1", "2", "4", "8", "other")
 
 
@@ -173,6 +177,60 @@ def fragmentation(gpu: np.ndarray, cpu: np.ndarray, model: np.ndarray, typ: Typi
     return out
 
 
+def frag_drop(nodes: NodeArrays, pod: PodShape, idx: np.ndarray, typ: Typical, score=lambda d: d):
+    """``score`` of each feasible node's fragmentation drop (before - after placing ``pod``,
+    milli-GPU) and, for a shared GPU, the device of the highest score (the first on ties).
+
+    Nodes in one state (free milli per device, GPU model, and where their free CPUs stand
+    against the typical pods' CPU requests before and after) are evaluated once."""
+    gpu, cpu, model = nodes.gpu[idx], nodes.cpu[idx], nodes.model[idx]
+    cpu_after = cpu - pod.cpu_milli
+    levels = np.unique(typ.cpu)
+    first, inv = _distinct_rows(np.column_stack([gpu + 1, np.searchsorted(levels, cpu, side="right"),
+                                                 np.searchsorted(levels, cpu_after, side="right"), model]))
+    g, c, ca, m = gpu[first], cpu[first], cpu_after[first], model[first]
+    before = fragmentation(g, c, m, typ)
+    if pod.num_gpu == 0:
+        return score(before - fragmentation(g, ca, m, typ))[inv], None
+    if pod.gpu_milli >= MILLI:
+        whole = g >= MILLI
+        taken = whole & (np.cumsum(whole, axis=1) <= pod.num_gpu)   # the first free GPUs
+        return score(before - fragmentation(g - taken * MILLI, ca, m, typ))[inv], None
+    best = np.full(len(first), -np.inf)
+    dev = np.zeros(len(first), dtype=np.int64)
+    for d in range(g.shape[1]):
+        ok = np.flatnonzero(g[:, d] >= pod.gpu_milli)
+        if not len(ok):
+            continue
+        after = g[ok].copy()
+        after[:, d] -= pod.gpu_milli
+        s = score(before[ok] - fragmentation(after, ca[ok], m[ok], typ))
+        better = s > best[ok]
+        best[ok[better]], dev[ok[better]] = s[better], d
+    return best[inv], dev[inv]
+
+
+def _distinct_rows(cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of non-negative integers: index of one row per distinct row, and each row's
+    distinct row (``np.unique(axis=0)``'s index and inverse, without its slow row sort)."""
+    widths = [max(1, int(v).bit_length()) for v in cols.max(axis=0)]
+    words, word, used = [], np.zeros(len(cols), dtype=np.int64), 0
+    for j, w in enumerate(widths):
+        if used + w > 62:
+            words.append(word)
+            word, used = np.zeros(len(cols), dtype=np.int64), 0
+        word = word | (cols[:, j].astype(np.int64) << used)
+        used += w
+    words.append(word)
+    order = np.lexsort(words[::-1])
+    new = np.ones(len(cols), dtype=bool)
+    new[1:] = np.logical_or.reduce([w[order][1:] != w[order][:-1] for w in words])
+    group = np.cumsum(new) - 1
+    inv = np.empty(len(cols), dtype=np.int64)
+    inv[order] = group
+    return order[new], inv
+
+
 def _exclusive(gpu_row: np.ndarray, num: int) -> tuple[int, ...]:
     return tuple(np.flatnonzero(gpu_row >= MILLI)[:num].tolist())
 
@@ -194,7 +252,6 @@ class FragPlacer:
         self.name = name
         self.typical = typical
         self.node_rank = None if node_rank is None else np.asarray(node_rank)
-        self._frag: np.ndarray | None = None
 
     def choose(self, nodes: NodeArrays, pod: PodShape, rng: np.random.Generator) -> tuple[int, tuple[int, ...]] | None:
         idx = np.flatnonzero(nodes.feasible(pod))
@@ -217,8 +274,6 @@ class FragPlacer:
             devs = (int(share_dev[k]) if share_dev is not None else _tightest(nodes.gpu[node], pod.gpu_milli),)
         else:
             devs = _exclusive(nodes.gpu[node], pod.num_gpu)
-        if self._frag is not None:
-            self._frag[node] = np.nan                             # recomputed lazily
         return node, devs
 
     # --- scores over the feasible nodes ``idx`` (and the device chosen for a shared GPU) ----
@@ -269,36 +324,14 @@ class FragPlacer:
         return score * (MAX_SCORE + 1) + self._best_fit(nodes, pod, idx, rng)[0], dev
 
     def _fgd(self, nodes, pod, idx, rng):
-        typ = self.typical
-        if self._frag is None or len(self._frag) != len(nodes.cpu):
-            self._frag = fragmentation(nodes.gpu, nodes.cpu, nodes.model, typ)
-        stale = np.isnan(self._frag)
-        if stale.any():
-            s = np.flatnonzero(stale)
-            self._frag[s] = fragmentation(nodes.gpu[s], nodes.cpu[s], nodes.model[s], typ)
-        before = self._frag[idx]
-        cpu_after = nodes.cpu[idx] - pod.cpu_milli
-        if pod.num_gpu == 0:
-            after = fragmentation(nodes.gpu[idx], cpu_after, nodes.model[idx], typ)
-            return _sigmoid_score(before - after), None
-        if pod.gpu_milli >= MILLI:
-            gpu = nodes.gpu[idx].copy()
-            for k, row in enumerate(gpu):
-                row[list(_exclusive(row, pod.num_gpu))] -= pod.gpu_milli
-            return _sigmoid_score(before - fragmentation(gpu, cpu_after, nodes.model[idx], typ)), None
-        best = np.full(len(idx), -1, dtype=np.int64)
-        dev = np.zeros(len(idx), dtype=np.int64)
-        for d in range(nodes.gpu.shape[1]):
-            ok = nodes.gpu[idx, d] >= pod.gpu_milli
-            if not ok.any():
-                continue
-            gpu = nodes.gpu[idx[ok]].copy()
-            gpu[:, d] -= pod.gpu_milli
-            s = _sigmoid_score(before[ok] - fragmentation(gpu, cpu_after[ok], nodes.model[idx[ok]], typ))
-            better = s > best[ok]
-            sel = np.flatnonzero(ok)[better]
-            best[sel], dev[sel] = s[better], d
-        return best, dev
+        return frag_drop(nodes, pod, idx, self.typical, _sigmoid_score)
+
+    def _fgd_tight(self, nodes, pod, idx, rng):
+        score, dev = self._fgd(nodes, pod, idx, rng)
+        if dev is None:
+            return score, dev
+        free = np.where(nodes.gpu[idx] >= pod.gpu_milli, nodes.gpu[idx], 2 * MILLI)
+        return (MILLI - free.min(axis=1) + pod.gpu_milli) * (MAX_SCORE + 1) + score, free.argmin(axis=1)
 
 
 MAX_SCORE = 100

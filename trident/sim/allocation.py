@@ -17,7 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from trident.errors import ConfigError, TraceFormatError
-from trident.sched.frag_placers import MILLI, FragPlacer, NodeArrays, PodShape, typical_pods
+from trident.sched.frag_placers import MILLI, PLACERS, FragPlacer, NodeArrays, PodShape, typical_pods
+
+
+EXPERIMENT_PLACERS = PLACERS + ("milp",)
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,12 @@ def run(cluster: Cluster, pods: list[PodShape], placer: str, *, seed: int, ratio
     seq = tune(pods, cluster, ratio, rng)
     nodes = NodeArrays(cluster.cpu_milli, cluster.memory_mib, cluster.num_gpus, cluster.model_idx)
     rank = rng.permutation(len(cluster.cpu_milli))  # the run's node order; ties go to the first
-    fp = FragPlacer(placer, typical_pods(seq, len(cluster.models)) if placer.startswith("fgd") else None, rank)
+    if placer == "milp":
+        from trident.sim.allocation_milp import MilpAllocPlacer
+
+        fp = MilpAllocPlacer(nodes, cluster.models)
+    else:
+        fp = FragPlacer(placer, typical_pods(seq, len(cluster.models)) if placer.startswith("fgd") else None, rank)
     total = cluster.total_gpu_milli
     curve = np.full(max_pct + 1, np.nan)
     curve[0] = 0.0

@@ -14,7 +14,7 @@ import numpy as np
 
 from trident.errors import ConfigError
 from trident.sched.frag_placers import PLACERS
-from trident.sim.allocation import AllocationCurve, load_nodes, load_pods, run
+from trident.sim.allocation import EXPERIMENT_PLACERS, AllocationCurve, load_nodes, load_pods, run
 from trident.sim.compare import result_document
 
 NODE_LIST = "openb_node_list_gpu_node.csv"
@@ -52,9 +52,9 @@ def experiment(pods_csv: str | Path, placers: list[str], seeds: list[int], *, no
     """Rows (one per placer: mean/min/max allocation ratio at 100 % arrived demand, failed
     pods, wall time, the published figure when known) and the curves per placer."""
     pods_csv = Path(pods_csv)
-    unknown = [p for p in placers if p not in PLACERS]
+    unknown = [p for p in placers if p not in EXPERIMENT_PLACERS]
     if unknown:
-        raise ConfigError("placer", ",".join(unknown), f"placers among {PLACERS}")
+        raise ConfigError("placer", ",".join(unknown), f"placers among {EXPERIMENT_PLACERS}")
     cluster = load_nodes(nodes_csv or pods_csv.parent / NODE_LIST)
     pods = load_pods(pods_csv, cluster)
     published = published_at(pods_csv.parent / EXPECTED, pods_csv.stem)

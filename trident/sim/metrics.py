@@ -18,7 +18,7 @@ def busy_gpu_s(result: SimResult) -> float:
 
 
 def summarize(result: SimResult) -> dict[str, float | int]:
-    """avg/p50/p99 JCT, queueing delay, bounded slowdown, utilisation, makespan, preemptions, waste.
+    """avg/p50/p99/max JCT, queueing delay, bounded slowdown, utilisation, makespan, preemptions, waste.
 
     - JCT = finish - arrival; queueing delay = time spent queued (all spells).
     - bounded slowdown = mean of max(1, JCT / max(duration, 10 s)), duration on the reference GPU.
@@ -39,6 +39,7 @@ def summarize(result: SimResult) -> dict[str, float | int]:
         "avg_jct_s": float(jct.mean()),
         "p50_jct_s": float(np.percentile(jct, 50)),
         "p99_jct_s": float(np.percentile(jct, 99)),
+        "max_jct_s": float(jct.max()),
         "avg_queue_s": float(result.queued_s.mean()),
         "bounded_slowdown": float(slowdown.mean()),
         "gpu_util_pct": 100.0 * busy / (result.total_gpus * makespan) if makespan > 0 else 0.0,

@@ -1,0 +1,1 @@
+"""One trace loader module per trace family; :mod:`trident.sim.traces` is the entry point."""
