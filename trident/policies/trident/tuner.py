@@ -9,8 +9,8 @@ so each measured batch is an observation at every replica count; the optimiser's
 batch sizes, and once it converges (or its trials are spent) the pool moves to the best measured
 batch at the most replicas it allows. The rolling update starts new replicas before old ones go; when the pool's
 GPUs or the memory limit leave no room for that surge, old replicas are drained first
-(:class:`Trial` ``drain_to``): each slot is then away for one drain and one cold start, as in
-the surge, but nothing outgrows the limit.
+(:class:`Trial` ``drain_to``; only with ``bo_drain_first``): each slot is then away for one
+drain and one cold start, as in the surge, but nothing outgrows the limit.
 """
 from __future__ import annotations
 
@@ -108,6 +108,9 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
     n = o.config.replicas
     drain_to, c = _room_for(snap, o, c, old_heap=estimates.heap(tr, key_of(o.config), settings), new_heap=each,
                             free_memory=limit - others)
+    if drain_to is not None and not settings.bo_drain_first:
+        tr.bo_settled = True  # no room for the new batch beside the old one: not tried
+        return None
     what = "best safe" if sug.converged else f"trial {tr.bo_tried}/{settings.bo_trials}"
     reason = (f"tune {o.name} batch_size {b} -> {bb} on {c} replica(s) ({what}): {sug.reason}"
               + (f"; {n - drain_to} old replica(s) drained first to make room" if drain_to is not None else ""))
