@@ -383,6 +383,7 @@ def _typed_snapshot(k: int, *, detect_types=("A", "B")):
         ops.append(OperatorSnapshot(
             name=name, index=i, rows_out_total=rows, rows_in_total=rows, rows_in_done_total=rows,
             bytes_in_total=rows * 100, tasks_finished=sum(u.tasks_finished for u in usage), busy_s=busy,
+            rows_out_per_s=rows / t if t else 0.0, bytes_out_per_s=rows * 100 / t if t else 0.0,
             input_queue_blocks=50, tasks_running=4, actors_running=4, tasks_in_flight=8, by_type=tuple(usage),
             heap_rss_per_replica_bytes=GiB,
             config=OperatorConfig(kind="actor", replicas=4, min_replicas=1, max_replicas=8, num_gpus=1.0,
@@ -420,3 +421,23 @@ def test_unpinned_pools_measured_on_both_types_are_moved_where_each_is_relativel
 def test_a_pool_measured_on_one_type_only_is_not_moved():
     targets, _ = _typed_plan(("A",))
     assert "detect" not in targets or targets["detect"].accelerator_type is None, targets
+
+
+def test_a_pool_pinned_to_a_type_keeps_being_modelled():
+    """After a move to type B the operator's samples name a device its model was not built for:
+    the model is rebuilt with it, and fitting works (it used to fail at every step)."""
+    import numpy as np
+
+    from trident.policies.trident.tracking import Observer
+
+    observer = Observer(settings=TridentSettings(), rng=np.random.default_rng(0), seed=0)
+    for k in range(40):
+        snap = _typed_snapshot(k)
+        for o in snap.operators:
+            if k >= 20 and o.name == "detect":
+                o = replace(o, config=replace(o.config, accelerator_type="B"))
+            observer.observe(o, snap.time_s)
+    tr = observer.tracks["detect"]
+    assert "B" in tr.model.encoder.device_types
+    observer.fit(tr, 40.0)
+    assert tr.model.is_fitted

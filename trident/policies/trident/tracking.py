@@ -106,6 +106,11 @@ class Observer:
         if key != tr.key:
             if tr.key is not None:  # our own reconfiguration: measurements restart, not a regime change
                 tr.rate_detector.reset()
+            if key.device not in tr.model.encoder.device_types:  # pinned to a type the model has not seen
+                devices = tuple(sorted(set(tr.model.encoder.device_types) | {key.device}))
+                tr.model = OperatorModel(device_types=devices, window_samples=self.settings.history,
+                                         seed=int(self.rng.integers(2**31 - 1)))
+                tr.fitted_at_s = None
             tr.key, tr.window = key, None
         self._cold_start(tr, op, t)
         if op.heap_rss_per_replica_bytes:
