@@ -361,14 +361,14 @@ def test_batch_size_search_leaves_the_first_batch_without_breaking_the_memory_li
     assert default.finished and not [d for d in _plans(default) if d.kind == "tune"]
 
 
-def _typed_snapshot(k: int, *, detect_types=("A", "B")):
+def _typed_snapshot(k: int, *, detect_types=("A", "B"), per_actor=None):
     """read -> detect (backlogged) -> embed, both pools unpinned with actors on whichever type
     ``detect_types`` names: detect does 10 rows/s per replica on A and 40 on B, embed 40 on A and
     20 on B. Counters after ``k`` seconds; tasks of 16 rows."""
     from trident.types import TypeUsage
 
     t = float(k)
-    per_actor = {"detect": {"A": 10.0, "B": 40.0}, "embed": {"A": 40.0, "B": 20.0}}
+    per_actor = per_actor or {"detect": {"A": 10.0, "B": 40.0}, "embed": {"A": 40.0, "B": 20.0}}
     ops = [OperatorSnapshot(name="read", index=0, completed=False, rows_out_total=10_000, rows_in_total=10_000,
                             config=OperatorConfig(kind="task", replicas=None, min_replicas=1))]
     for i, name in enumerate(("detect", "embed"), start=1):
@@ -392,7 +392,7 @@ def _typed_snapshot(k: int, *, detect_types=("A", "B")):
                     cluster=ClusterView(cpus=16, gpus=8, gpus_by_type=(("A", 4.0), ("B", 4.0))))
 
 
-def _typed_plan(detect_types):
+def _typed_plan(detect_types, per_actor=None):
     import numpy as np
 
     from trident.plan.milp import solve_placement
@@ -402,7 +402,7 @@ def _typed_plan(detect_types):
     settings = TridentSettings()
     observer = Observer(settings=settings, rng=np.random.default_rng(0), seed=0)
     for k in range(30):
-        snap = _typed_snapshot(k, detect_types=detect_types)
+        snap = _typed_snapshot(k, detect_types=detect_types, per_actor=per_actor)
         for o in snap.operators:
             observer.observe(o, snap.time_s)
     ops = problem.plannable(snap)
@@ -416,6 +416,11 @@ def test_unpinned_pools_measured_on_both_types_are_moved_where_each_is_relativel
     targets, result = _typed_plan(("A", "B"))
     assert targets["detect"].accelerator_type == "B" and targets["embed"].accelerator_type == "A", targets
     assert result.throughput_rows_per_s > 1.3 * result.current_throughput_rows_per_s
+
+
+def test_types_of_equal_speed_pin_nothing():
+    targets, _ = _typed_plan(("A", "B"), per_actor={"detect": {"A": 10.0, "B": 11.0}, "embed": {"A": 40.0, "B": 38.0}})
+    assert all(t.accelerator_type is None for t in targets.values()), targets
 
 
 def test_a_pool_measured_on_one_type_only_is_not_moved():

@@ -21,6 +21,9 @@ from trident.policies.trident.settings import TridentSettings
 from trident.policies.trident.tracking import OperatorTrack
 from trident.types import OperatorSnapshot, OperatorTarget, Snapshot
 
+TYPE_SPEEDUP = 1.5
+"""How much faster on one accelerator type than on another an unpinned pool must be measured
+before pools are planned per type."""
 UNKNOWN_RATE = 1e9
 """Marks the rate of an operator held for lack of evidence (see :func:`bound_held`)."""
 
@@ -52,9 +55,13 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
     # type it holds actors on is measured
     seen = {o.name: estimates.typed_rates(tracks[o.name], key_of(o.config), settings.min_busy_s)
             for o in gpu_ops if o.config.accelerator_type is None}
+    # ... and only where some pool is materially faster on one type than another: between
+    # types of equal speed a per-type plan only pins pools where the noise put them
+    differs = any(len(r) >= 2 and max(r.values()) >= TYPE_SPEEDUP * min(r.values()) for r in seen.values())
     per_type = bool(typed) and all(o.config.accelerator_type in typed
-                                   or (seen.get(o.name) and {u.accelerator_type for u in o.by_type if u.actors}
-                                       <= set(seen[o.name])) for o in gpu_ops)
+                                   or (differs and seen.get(o.name)
+                                       and {u.accelerator_type for u in o.by_type if u.actors} <= set(seen[o.name]))
+                                   for o in gpu_ops)
     nodes = [NodeType(name=CPU, count=1, cpus=cluster.cpus)]
     if per_type:
         cpus_of = dict(cluster.cpus_by_type)
