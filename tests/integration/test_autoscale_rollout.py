@@ -89,3 +89,40 @@ def test_rolling_update_batch_64_on_a_to_batch_32_on_b(cluster):
     assert any(node == cluster["A"] for _, node, _ in during)
     final = execution.snapshots[-1].operator(started.operator).config
     assert final.batch_size == 32 and final.accelerator_type == "B"
+
+
+class GrowBatch:
+    """Test double: once 256 rows went through the model, roll it to batch 96 (blocks hold 32)."""
+
+    name = "test-grow-batch"
+
+    def __init__(self, *, context=None):
+        self.sent = False
+
+    def step(self, snapshot, now):
+        op = next(o for o in snapshot.operators if "_Model" in o.name)
+        if self.sent or op.rows_out_total < 256:
+            return Decision(time_s=now, reason="hold")
+        self.sent = True
+        plan = Plan(seq=1, targets=(OperatorTarget(name=op.name, batch_size=96),), reason="test: batch 96",
+                    created_at_s=now)
+        return Decision(time_s=now, reason=plan.reason, plan=plan)
+
+
+def test_a_larger_batch_gets_input_bundles_of_its_size(cluster):
+    """The batch grows past the rows of one block: new actors' tasks get bundles of the new
+    batch's rows, as Ray Data gives them for the batch size a pipeline is built with."""
+    ds = (ray.data.range(ROWS, override_num_blocks=ROWS // 32)
+          .map_batches(_Model, compute=ActorPoolStrategy(size=2, max_tasks_in_flight_per_actor=1), num_gpus=0.5,
+                       batch_size=32))
+    with trident.autoscale(policy=GrowBatch, interval_s=0.25) as run:
+        rows = ds.take_all()
+    assert sorted(int(r["id"]) for r in rows) == list(range(ROWS))
+
+    (execution,) = run.executions
+    finished = next((a for a in execution.actions if a.kind == "rollout_finished"), None)
+    assert finished is not None, [a.detail for a in execution.actions]
+    t_finished = execution.started_at_unix_s + finished.time_s
+    after = sorted(n for s, _, n in {(r["start"], r["node"], r["batch_len"]) for r in rows} if s > t_finished)
+    assert after, "no batch ran after the rollout; the test pipeline is too short"
+    assert after[-1] == 96 and sum(n == 96 for n in after) >= len(after) - 1, after  # one short batch at the end

@@ -42,5 +42,6 @@ def test_highs_failure_falls_back_to_cbc(monkeypatch):
         raise RuntimeError("boom")
     monkeypatch.setattr(s, "_highs", broken)
     prob, _ = knapsack()
-    out = solve(prob, solver="highs", time_limit_s=5)
-    assert out.solver == "cbc" and out.status == "optimal" and "boom" in out.note
+    out = solve(prob, solver="highs", time_limit_s=60)
+    # the fallback is what is tested: a loaded machine may stop CBC at its limit with a feasible answer
+    assert out.solver == "cbc" and out.status in ("optimal", "feasible") and "boom" in out.note

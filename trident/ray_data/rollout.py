@@ -2,9 +2,11 @@
 
 A rolling update changes what *new* actors get (per-actor ``num_gpus``, accelerator type as
 a custom resource ``accelerator_type:X``, batch size through a re-serialised map
-transformer); existing actors keep theirs. So new actors start first; for each new actor
-that is up, one old actor stops receiving work (it is taken out of the pool's scheduling
-heaps and kept out on every refresh) and is released once its in-flight tasks are done.
+transformer and input bundles grown to it); existing actors keep theirs, and an update of the
+accelerator type alone keeps the old actors already on nodes of that type. New actors start
+first; for each new actor that is up, one old actor stops receiving work (it is taken out of
+the pool's scheduling heaps and kept out on every refresh) and is released once its in-flight
+tasks are done.
 Released actors are dropped exactly like Ray Data's own scale-down does, so every task that
 was submitted completes and no row is lost or duplicated. Executor thread only.
 """
@@ -125,6 +127,14 @@ def new_remote_args(remote_args: dict, target: OperatorTarget) -> dict:
     return args
 
 
+def bundle_rows(op: Any, batch_size: int) -> None:
+    """Make ``op`` bundle its input up to ``batch_size`` rows per task, as Ray Data does for the
+    batch size it was built with (otherwise a larger batch only ever sees the old bundle's rows)."""
+    strategy = getattr(getattr(op, "_block_ref_bundler", None), "_strategy", None)
+    if strategy is not None and hasattr(strategy, "_min_rows_per_bundle"):
+        strategy._min_rows_per_bundle = batch_size
+
+
 def with_batch_size(transformer: Any, batch_size: int) -> Any:
     """A copy of ``transformer`` whose last batch transform uses ``batch_size``."""
     new = copy.copy(transformer)
@@ -145,7 +155,9 @@ class Rollout:
     """One rolling update of one actor operator (new actors first, old drained then released)."""
 
     def __init__(self, *, op: Any, target: OperatorTarget, size: int, pending_guard_s: float = 30.0,
-                 node_type: dict[str, str] | None = None) -> None:
+                 node_type: dict[str, str] | None = None, type_only: bool = False) -> None:
+        """``type_only``: the update changes the accelerator type and nothing else, so old actors
+        already on a node of that type are kept (they are what a new actor would be)."""
         import ray
 
         transformer = with_batch_size(op._map_transformer, target.batch_size) if target.batch_size is not None else None
@@ -160,11 +172,14 @@ class Rollout:
         while pool._pending_actors:  # pending actors would come up with the old configuration
             pool._try_remove_pending_actor()
         self.old: set[Any] = set(pool._running_actors)
+        if type_only:
+            self.old -= {a for a in self.old if self._on_target_type(a)}
         args = new_remote_args(op._ray_remote_args, target)
         op._ray_remote_args = args
         pool._config = dataclasses.replace(pool._config, per_actor_resource_usage=ExecutionResources(
             cpu=args.get("num_cpus"), gpu=args.get("num_gpus"), memory=args.get("memory")))
         if transformer is not None:
+            bundle_rows(op, target.batch_size)
             op._map_transformer = transformer
             op.__dict__["_map_transformer_ref"] = ray.put(transformer)
         self.retired = 0

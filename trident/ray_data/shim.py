@@ -251,7 +251,11 @@ class ExecutionShim:
                 size = self.pool_targets.get(op, pool.current_size())
                 if op in self.rollouts:
                     self.rollouts[op].abandon()
-                self.rollouts[op] = Rollout(op=op, target=target, size=size, node_type=self.builder.cluster.node_type)
+                current = self.builder.config(op)
+                type_only = (target.batch_size in (None, current.batch_size)
+                             and target.num_gpus in (None, current.num_gpus))
+                self.rollouts[op] = Rollout(op=op, target=target, size=size, node_type=self.builder.cluster.node_type,
+                                            type_only=type_only)
             change = ", ".join(f"{k}={v}" for k, v in (("batch_size", target.batch_size), ("num_gpus", target.num_gpus),
                                                        ("accelerator_type", target.accelerator_type)) if v is not None)
             self._action(now, target.name, "rollout_started", f"rolling update to {change}", applied=applied)

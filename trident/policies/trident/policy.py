@@ -48,9 +48,9 @@ class TridentPolicy:
         self.observer = Observer(settings=self.settings, rng=self.rng, seed=self.context.seed)
         self.phases = Phases()
         self.bounds: dict[str, Bounds] = {}
-        self.ceilings: dict[str, Bounds] = {}
-        """Pools that could not reach a planned size: the most the planner may give them until
-        the data or the cluster changes."""
+        self.ceilings: dict[str, tuple[Bounds, float]] = {}
+        """Pools that could not reach a planned size: the most the planner may give them, and
+        since when (seconds); it holds ``ceiling_hold_s`` or until the data changes."""
         self.plan_seq = 0
         self.last_look_s: float | None = None
         self.last_plan_s: float | None = None
@@ -129,7 +129,7 @@ class TridentPolicy:
         planning = problem.build(snap, ops, self.tracks, self.settings, self.context.memory_limit_bytes)
         if planning.problem is None:  # looked again at the next step: the evidence may come any moment
             return Decision(time_s=now, reason=planning.why, notes=tuple(notes), kind="observe")
-        prob = self._with_ceilings(planning.problem)
+        prob = self._with_ceilings(planning.problem, now)
         self.last_look_s = now
         self.observer.changed = self.replan_now = False
         short = self._below_one_replica(snap, ops)
@@ -144,7 +144,7 @@ class TridentPolicy:
             trial = tuner.next_batch_size(snap, ops, prob, planning.rates, self.tracks, self.settings,
                                           self.context.seed)
             if trial is not None:
-                return self._trial(trial, now, notes + [result.reason])
+                return self._trial(trial, snap, now, notes + [result.reason])
             return Decision(time_s=now, reason=f"keep: {result.reason}", notes=tuple(notes), kind="keep")
         targets = problem.targets(ops, result.allocation)
         cur_t = result.current_throughput_rows_per_s or 0.0
@@ -158,9 +158,7 @@ class TridentPolicy:
                                         for o in ops},
                           free_cpus=snap.cluster.cpus - sum(c for c, _ in used),
                           free_gpus=snap.cluster.gpus - sum(g for _, g in used),
-                          free_gpus_by_type={t: g - sum(u[1] for o, u in zip(ops, used)
-                                                        if o.config.accelerator_type == t)
-                                             for t, g in snap.cluster.gpus_by_type},
+                          free_gpus_by_type=problem.free_gpus_by_type(snap, ops),
                           **problem.memory_room(prob, result.allocation)))
         if not rollout.go:
             return Decision(time_s=now, reason=f"keep: {rollout.reason}", notes=tuple(notes) + (result.reason,),
@@ -186,7 +184,7 @@ class TridentPolicy:
         self.phases.plan_seq = self.plan_seq
         return decision
 
-    def _trial(self, trial: tuner.Trial, now: float, notes: list[str]) -> Decision:
+    def _trial(self, trial: tuner.Trial, snap: Snapshot, now: float, notes: list[str]) -> Decision:
         """Roll out a batch-size trial: drain old replicas first where the surge has no room."""
         t = trial.target
         start = trial.replicas_from if trial.drain_to is None else trial.drain_to
@@ -202,7 +200,15 @@ class TridentPolicy:
         self.bounds[t.name] = Bounds(lo=t.replicas, hi=t.replicas, why="the batch-size trial")
         phase = self.phases.start(phases, now)
         reason = f"{trial.reason} | now: " + "; ".join(st.reason for st in phase)
-        decision = self._issue(tuple(st.target for st in phase), reason, now, notes, kind="tune")
+        caps = ()
+        if trial.drain_to is not None:  # the drained replicas' CPUs wait for the new ones
+            caps = tuple(OperatorTarget(name=o.name, replicas=max(o.tasks_running, 1)) for o in snap.operators
+                         if o.config.kind == "task" and not o.completed and o.config.num_cpus > 0
+                         and not estimates.is_sink(o))
+            if caps:
+                reason += "; task operators held at their running tasks (" + ", ".join(
+                    f"{c.name} <= {c.replicas}" for c in caps) + ") so that the drained CPUs wait for the new replicas"
+        decision = self._issue(tuple(st.target for st in phase) + caps, reason, now, notes, kind="tune")
         self.phases.plan_seq = self.plan_seq
         return decision
 
@@ -241,14 +247,16 @@ class TridentPolicy:
                 f"({need / 2**20:.0f} MiB measured with its margin: {each}); trident cannot go below a pool's "
                 f"minimum, so it holds every pool there and adds no replica")
 
-    def _with_ceilings(self, prob):
-        """Pools that could not reach a planned size get at most what they reached."""
+    def _with_ceilings(self, prob, now: float):
+        """Pools that could not reach a planned size get at most what they reached, for
+        ``ceiling_hold_s`` (what blocked them, another pool's replicas or a task operator's CPUs,
+        may be gone by then)."""
+        self.ceilings = {n: (c, t) for n, (c, t) in self.ceilings.items() if now - t < self.settings.ceiling_hold_s}
         if not self.ceilings:
             return prob
-        from dataclasses import replace
-
-        ops = tuple(replace(sp, max_replicas=min(sp.max_replicas or c.hi, c.hi)) if (c := self.ceilings.get(sp.name))
-                    and c.hi >= sp.min_replicas else sp for sp in prob.operators)
+        ops = tuple(replace(sp, max_replicas=min(sp.max_replicas or c.hi, c.hi))
+                    if (c := self.ceilings.get(sp.name, (None, 0.0))[0]) is not None and c.hi >= sp.min_replicas
+                    else sp for sp in prob.operators)
         return replace(prob, operators=ops)
 
     @staticmethod
@@ -303,7 +311,7 @@ class TridentPolicy:
             caps = ", ".join(f"{t.name} <= {t.replicas}" for t in stuck.task_caps)
             return self._issue(stuck.task_caps, f"{reason}; capping task concurrency to make room: {caps}",
                                now, notes, kind="replan")
-        self.ceilings[stuck.operator] = Bounds(lo=0, hi=max(stuck.reached, 1), why=stuck.obstacle)
+        self.ceilings[stuck.operator] = (Bounds(lo=0, hi=max(stuck.reached, 1), why=stuck.obstacle), now)
         b = self.bounds.get(stuck.operator)
         if b is not None and b.lo > stuck.reached:
             self.bounds[stuck.operator] = Bounds(lo=max(stuck.reached, 1), hi=b.hi, why=stuck.obstacle)

@@ -183,8 +183,9 @@ def remaining_s(snap: Snapshot, problem: PlacementProblem, tracks: dict[str, Ope
 
 def targets(ops: list[OperatorSnapshot], alloc: Allocation) -> tuple[OperatorTarget, ...]:
     """The allocation's changes as operator targets (replicas, and accelerator type where it
-    moves). An unpinned pool is pinned only when the plan puts all its replicas on one type and
-    some of them run elsewhere now; a split plan leaves it unpinned."""
+    moves). An unpinned pool is pinned when the plan puts all its replicas on one type (its
+    actors already there stay: the rolling update replaces only those elsewhere), so that its
+    new actors cannot take the GPUs another pool is moving to; a split plan leaves it unpinned."""
     out = []
     for o in ops:
         if o.config.replicas is None:
@@ -192,9 +193,6 @@ def targets(ops: list[OperatorSnapshot], alloc: Allocation) -> tuple[OperatorTar
         n = alloc.replicas(o.name)
         devices = [d for d, c in alloc.by_device(o.name).items() if c > 0]
         device = devices[0] if len(devices) == 1 else None
-        if o.config.accelerator_type is None and o.by_type and device is not None:
-            elsewhere = any(u.actors for u in o.by_type if u.accelerator_type != device)
-            device = device if elsewhere else None
         if device not in (None, CPU, ANY_GPU) and device != o.config.accelerator_type:
             out.append(OperatorTarget(name=o.name, replicas=n, accelerator_type=device))
         elif n != o.config.replicas:
@@ -232,6 +230,23 @@ def starved(tr: OperatorTrack, last: int = 10) -> bool:
     recent = list(tr.snaps)[-last:]
     idle = sum((o.input_queue_blocks == 0 or o.tasks_running == 0) and o.actors_pending == 0 for _, o in recent)
     return bool(recent) and idle >= 0.8 * len(recent)
+
+
+def free_gpus_by_type(snap: Snapshot, ops: list[OperatorSnapshot]) -> dict[str, float]:
+    """GPUs of each accelerator type that no pool holds: a pinned pool holds its replicas'
+    GPUs on its type, an unpinned one its running actors' GPUs where they run."""
+    free = {t: g for t, g in snap.cluster.gpus_by_type}
+    for o in ops:
+        if o.config.num_gpus <= 0:
+            continue
+        if o.config.accelerator_type is not None:
+            held = {o.config.accelerator_type: used(o)[1]}
+        else:
+            held = {u.accelerator_type: u.actors * o.config.num_gpus for u in o.by_type}
+        for t, g in held.items():
+            if t in free:
+                free[t] -= g
+    return free
 
 
 def used(o: OperatorSnapshot) -> tuple[float, float]:

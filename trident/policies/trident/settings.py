@@ -52,6 +52,9 @@ class TridentSettings:
     pending) before the obstacle is looked for and the plan redone."""
     rollout_timeout_s: float = 120.0
     """Most seconds a rollout phase waits, whatever moves."""
+    ceiling_hold_s: float = 30.0
+    """Seconds a pool that could not reach its planned size is planned at no more than it
+    reached (then the planner may try again: what blocked it may be gone)."""
     # --- accelerator types -----------------------------------------------------------------------
     explore_types: bool = False
     """Pin unpinned GPU pools to each accelerator type in turn to measure them there (off by
@@ -81,7 +84,7 @@ class TridentSettings:
 
     def __post_init__(self) -> None:
         for name in ("plan_interval_s", "rate_window_s", "max_rate_window_s", "refit_interval_s",
-                     "solver_time_limit_s", "rollout_timeout_s", "horizon_s", "min_busy_s"):
+                     "solver_time_limit_s", "rollout_timeout_s", "horizon_s", "min_busy_s", "ceiling_hold_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(name, getattr(self, name), "a number of seconds > 0")
         if not 0 < self.downscale_util < self.upscale_util:
