@@ -103,6 +103,8 @@ class OperatorSnapshot:
     by_type: tuple[TypeUsage, ...] = ()
     """An actor pool's work per accelerator type of the nodes its actors run on (empty when the
     cluster's GPU nodes name no type)."""
+    old_actors: int = 0
+    """Actors of the pool's previous configuration still running (a rolling update in progress)."""
 
     @property
     def input_bytes_per_row(self) -> float | None:
@@ -162,6 +164,10 @@ class OperatorTarget:
     batch_size: int | None = None
     num_gpus: float | None = None
     accelerator_type: str | None = None
+    swap: bool = False
+    """Roll by replacing old actors a few at a time (a new one starts where an old one left)
+    instead of starting every new actor first: for a change whose new actors do not fit beside
+    the old ones (the GPUs or the memory limit are full)."""
 
     def __post_init__(self) -> None:
         if self.replicas is not None and self.replicas < 0:

@@ -96,3 +96,81 @@ def test_pool_targets_are_applied_to_the_contract(case, actuate):
     now, done = actuate(case)
     assert now == case.now, f"right after the target: {now}"
     assert done == case.done, f"once the drained work is done: {done}"
+
+
+def _swap_shim(n: int) -> list[tuple[int, int, int]]:
+    """A swap of ``n`` busy actors on the shim's rolling update: (old serving, new running,
+    starting) after each step, drained actors finishing and new ones coming up between steps."""
+    from dataclasses import dataclass as _dc
+
+    from trident.ray_data.rollout import Rollout
+
+    @_dc
+    class Cfg:
+        per_actor_resource_usage: object = None
+
+    class Op:
+        _ray_remote_args: dict = {}
+
+        def __init__(self, pool):
+            self.pool = pool
+
+        def get_autoscaling_actor_pools(self):
+            return [self.pool]
+
+    pool = FakePool({f"old{i}": 2 for i in range(n)})
+    pool._pending_actors, pool._config = {}, Cfg()
+    made = []
+
+    def scale(req, _orig=pool.scale):
+        if req.delta > 0:
+            pool.pending += req.delta
+            return req.delta
+        return _orig(req)
+
+    pool.scale = scale
+    roll = Rollout(op=Op(pool), target=OperatorTarget(name="m", replicas=n, swap=True), size=n)
+    seen = []
+    for step in range(40):
+        roll.step(float(step))
+        old = [a for a in pool._running_actors if a in roll.old and a not in pool.trident_retiring]
+        seen.append((len(old), len(pool._running_actors) - len(roll.old), pool.pending))
+        assert len(pool._running_actors) + pool.pending <= n  # old and new together never above the size
+        for a in pool.trident_retiring:  # drained actors finish their tasks
+            pool._running_actors[a].num_tasks_in_flight = 0
+        for _ in range(pool.pending):  # starting actors come up
+            made.append(f"new{len(made)}")
+            pool._running_actors[made[-1]] = type(pool._running_actors[next(iter(pool._running_actors))])(0)
+        pool.pending = 0
+        if roll.done:
+            break
+    assert roll.done and len(pool._running_actors) == n and not set(pool._running_actors) & {f"old{i}" for i in range(n)}
+    return seen
+
+
+def test_a_swap_replaces_old_actors_a_few_at_a_time_on_the_shim():
+    seen = _swap_shim(8)
+    assert min(old + new for old, new, _ in seen) >= 8 - 2  # at most a quarter of the pool away at once
+    assert len(seen) <= 16
+
+
+def test_a_swap_replaces_old_replicas_a_few_at_a_time_on_the_simulator():
+    model = SimOperator(name="model", kind="actor", peak_rows_per_s=(("A", 10.0),), replicas=8, max_replicas=8,
+                        num_gpus=1, accelerator_type="A", batch_size=10, cold_start_s=1.0)
+    src = SimOperator(name="read", kind="task", peak_rows_per_s=(("cpu", 1e4),), replicas=1)
+    spec = PipelineSpec(operators=(src, model), nodes=(SimNodes(count=1, cpus=64, gpus=8, gpu_type="A"),),
+                        total_rows=100_000, noise=0.0, spike_prob=0.0)
+    sim = PipelineSim(spec, policy="ray")
+    for _ in range(4):
+        sim._advance(0.5)
+    st = sim.ops[1]
+    sim._apply(OperatorTarget(name="model", batch_size=20, replicas=8, swap=True))
+    serving = []
+    for _ in range(60):
+        sim._advance(0.5)
+        assert sum(g.count for g in st.groups) <= 8
+        serving.append(sum(g.count for g in st.groups if sim._is_warm(g) and g.release_at_s is None))
+        if not any(g.retiring for g in st.groups) and serving[-1] == 8:
+            break
+    assert all(g.batch_size == 20 for g in st.groups) and serving[-1] == 8, st.groups
+    assert min(serving) >= 8 - 2 * 2  # a quarter draining and a quarter starting at most

@@ -349,16 +349,17 @@ def _batch_sensitive(total_rows=14_000):
 def test_batch_size_search_leaves_the_first_batch_without_breaking_the_memory_limit():
     ray = simulate(_batch_sensitive(), policy="ray", seed=0)
     policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=_batch_sensitive().memory_limit_bytes, seed=0),
-                           settings=TridentSettings(bo_drain_first=True))
+                           settings=TridentSettings(bo_swap=True))
     res = simulate(_batch_sensitive(), policy=policy, seed=0)
     assert res.finished and ray.finished
     assert res.oom_kills == 0
     tunes = [d for d in _plans(res) if d.kind == "tune"]
     assert tunes, [d.reason for d in _plans(res)]
     # a larger batch cannot be certified for all 8 replicas from one batch: the first trial runs fewer,
-    # drained first where the pool's GPUs leave no room for new replicas beside the old ones
+    # swapped a few at a time where the pool's GPUs leave no room for new replicas beside the old ones
     first = tunes[0]
-    assert "replica(s)" in first.reason and "drained first to make room" in first.reason
+    assert "replica(s)" in first.reason and "swapped a few at a time" in first.reason
+    assert all(t.swap for t in first.plan.targets if t.batch_size is not None)
     batches = [t.batch_size for d in _plans(res) for t in d.plan.targets if t.batch_size is not None]
     assert batches and batches[-1] > 8, [d.reason for d in tunes]
     assert res.throughput_rows_per_s >= 1.1 * ray.throughput_rows_per_s, (res.throughput_rows_per_s,

@@ -87,6 +87,13 @@ class RolloutInputs:
             raise ConfigError("remaining_rows", self.remaining_rows, "None or rows >= 0")
 
 
+def swap_window(size: int, old: int) -> int:
+    """Actors leaving or starting at once in a swap (a rolling update without room for new
+    actors beside the old ones): a quarter of the larger of the target size and the old actors
+    left, at least one."""
+    return max(1, math.ceil(max(size, old) / 4))
+
+
 def time_saved_s(current_rows_per_s: float, new_rows_per_s: float, remaining_rows: float | None) -> float:
     """Seconds the remaining work takes less at ``new`` than at ``current`` throughput
     (the expected gain times the remaining work).

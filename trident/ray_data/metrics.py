@@ -177,6 +177,7 @@ class SnapshotBuilder:
                           tasks_in_flight=info.tasks_in_flight)
             pool = busy_time_tracker(op.get_autoscaling_actor_pools()[0])
             by_type = usage_by_type(pool, self.cluster.node_type)
+            actors["old_actors"] = len(getattr(pool, "trident_old", set()) & set(pool._running_actors))
         rss_per_replica = None
         rss_total = None
         if kind != "other":

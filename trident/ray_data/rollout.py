@@ -20,6 +20,7 @@ from typing import Any
 from ray.data._internal.actor_autoscaler import ActorPoolScalingRequest, _get_max_scale_up
 from ray.data._internal.execution.interfaces import ExecutionResources
 
+from trident.plan.rollout import swap_window
 from trident.ray_data.metrics import ACCELERATOR_PREFIX
 from trident.types import OperatorTarget
 
@@ -174,6 +175,10 @@ class Rollout:
         self.old: set[Any] = set(pool._running_actors)
         if type_only:
             self.old -= {a for a in self.old if self._on_target_type(a)}
+        pool.trident_old = self.old  # the same set: snapshots count the old actors left
+        self.swap_cap = min(self.size, len(self.old))
+        """Most actors during a swap while old ones are left: no mix of old and new is then
+        larger than the old pool or the new one (in memory as in count)."""
         args = new_remote_args(op._ray_remote_args, target)
         op._ray_remote_args = args
         pool._config = dataclasses.replace(pool._config, per_actor_resource_usage=ExecutionResources(
@@ -205,6 +210,8 @@ class Rollout:
         pool = self.pool
         notes: list[str] = []
         self.old &= set(pool._running_actors)  # old actors that died or were released elsewhere
+        if self.target.swap:
+            return self._swap_step(notes)
         new_running = sum(1 for a in pool._running_actors if a not in self.old)
         started = resize(pool, size=self.new_size(), target=self.size, budget=None,
                          reason="trident rolling update: new actors first")
@@ -229,6 +236,32 @@ class Rollout:
             self.retired += 1
             room = stuck or self._on_target_type(actor) and making_room
             notes.append("draining 1 old actor" + (" to make room" if room else ""))
+        self._release_drained(notes)
+        return notes
+
+    def _swap_step(self, notes: list[str]) -> list[str]:
+        """A swap: old actors leave a quarter of the pool at a time
+        (:func:`~trident.plan.rollout.swap_window`; fewest tasks in flight first) and new ones
+        start in the room they leave, old and new together never more than the smaller of the
+        old pool and the new one (``swap_cap``) until the last old actor is gone."""
+        pool = self.pool
+        self._release_drained(notes)
+        most = min(self.size, self.swap_cap) if self.old else self.size
+        started = resize(pool, size=self.new_size(), target=max(0, most - len(self.old)), budget=None,
+                         reason="trident rolling update: a new actor where an old one left")
+        if started:
+            notes.append(f"started {started} new actor(s)")
+        draining = self.old & pool.trident_retiring
+        serving = sorted(self.old - pool.trident_retiring, key=lambda a: pool._running_actors[a].num_tasks_in_flight)
+        window = swap_window(self.size, len(self.old))
+        for actor in serving[:max(0, window - len(draining) - pool.num_pending_actors())]:
+            stop_scheduling(pool, actor)
+            self.retired += 1
+            notes.append("draining 1 old actor to make room")
+        return notes
+
+    def _release_drained(self, notes: list[str]) -> None:
+        pool = self.pool
         for actor in list(self.old & pool.trident_retiring):
             state = pool._running_actors.get(actor)
             if state is not None and state.num_tasks_in_flight == 0:
@@ -236,7 +269,6 @@ class Rollout:
                 pool.trident_retiring.discard(actor)
                 self.old.discard(actor)
                 notes.append("released 1 drained old actor")
-        return notes
 
     def _on_target_type(self, actor: Any) -> bool:
         """Whether ``actor`` runs on a node of the accelerator type the update moves to."""
@@ -247,3 +279,4 @@ class Rollout:
     def abandon(self) -> None:
         """Hand the pool back as it is: drained old actors become schedulable again."""
         self.pool.trident_retiring.clear()
+        self.old.clear()

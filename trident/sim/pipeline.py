@@ -17,7 +17,8 @@ applies them (:mod:`trident.ray_data.rollout`): sizes clamped to the pool's boun
 scale-down cancels pending replicas first, then drains busy ones, which finish the batch
 they hold before they go; a configuration change is a rolling update in which each new
 replica that is warm retires one old one (drained the same way), and one old replica is
-drained to make room when no new one has started for ``PENDING_GUARD_S``. The contract
+drained to make room when no new one has started for ``PENDING_GUARD_S`` (a swap replaces
+them a few at a time instead, new ones starting where old ones left). The contract
 test (``tests/unit/test_actuation_contract.py``) holds the simulator and the shim's pool
 driver to the same outcomes. Deterministic for a seed.
 """
@@ -32,6 +33,7 @@ import numpy as np
 from trident.control.loop import ControlLoop
 from trident.control.policy import Policy, PolicyContext
 from trident.errors import ConfigError
+from trident.plan.rollout import swap_window
 from trident.types import (
     ClusterView,
     Decision,
@@ -218,6 +220,10 @@ class _OpState:
     retired: int = 0
     """Old replicas retired in the rolling update in progress."""
     rollout_started_s: float | None = None
+    swap: bool = False
+    """The rolling update in progress swaps old replicas for new ones a few at a time."""
+    swap_cap: int = 0
+    """Most replicas while old ones are left in a swap: the smaller of the old and new pools."""
 
 
 @dataclass(frozen=True)
@@ -339,7 +345,8 @@ class PipelineSim:
                     g.count = 0  # pending replicas would come up with the old configuration
                 g.retiring = True
             st.groups = [g for g in st.groups if g.count > 0]
-            st.retired, st.rollout_started_s = 0, self.time_s
+            st.retired, st.rollout_started_s, st.swap = 0, self.time_s, target.swap
+            st.swap_cap = min(n, sum(g.count for g in st.groups))
         elif changed_cfg:  # tasks pick up a new configuration with their next task
             for g in st.groups:
                 g.batch_size, g.num_gpus, g.accelerator_type = new_batch, new_gpus, new_type
@@ -356,10 +363,12 @@ class PipelineSim:
                     st.groups.append(replace(g, count=g.count - back))
                 g.count, g.release_at_s = back, None
                 live += back
+        if st.swap:  # new replicas start where old ones leave (:meth:`_swap`)
+            live = n
         if n > live:
             st.groups.append(_Group(count=n - live, batch_size=new_batch, num_gpus=new_gpus,
                                     accelerator_type=new_type, ready_at_s=None))
-        elif n < live:
+        elif n < live and not st.swap:
             self._remove(st, live - n)
         st.config_replicas = n
         self._start_pending()
@@ -402,6 +411,9 @@ class PipelineSim:
         for st in self.ops:
             st.groups = [g for g in st.groups if g.release_at_s is None or g.release_at_s > self.time_s]
             old = [g for g in st.groups if g.retiring and g.release_at_s is None]
+            if st.swap:
+                self._swap(st, old)
+                continue
             if not old:
                 st.rollout_started_s = None
                 continue
@@ -417,6 +429,30 @@ class PipelineSim:
                 st.retired += take
                 k -= take
             st.groups = [g for g in st.groups if g.count > 0]
+
+    def _swap(self, st: _OpState, old: list[_Group]) -> None:
+        """A swap (as the shim's): old replicas drain a quarter of the pool at a time
+        (:func:`~trident.plan.rollout.swap_window`), counting new ones still starting; new ones
+        start in the room the old ones leave, old and new together never more than ``swap_cap``
+        until the last old one is gone."""
+        n = st.config_replicas
+        alive_old = sum(g.count for g in st.groups if g.retiring)
+        new = sum(g.count for g in st.groups if not g.retiring)
+        most = min(n, st.swap_cap) if alive_old else n
+        if new < most - alive_old:
+            st.groups.append(_Group(count=most - alive_old - new, batch_size=st.batch_size, num_gpus=st.num_gpus,
+                                    accelerator_type=st.accelerator_type, ready_at_s=None))
+        starting = sum(g.count for g in st.groups if not g.retiring and not self._is_warm(g))
+        draining = sum(g.count for g in st.groups if g.retiring and g.release_at_s is not None)
+        k = max(0, swap_window(n, alive_old) - draining - starting)
+        for g in old:
+            take = min(k, g.count)
+            self._drain(st, g, take)
+            st.retired += take
+            k -= take
+        st.groups = [g for g in st.groups if g.count > 0]
+        if not any(g.retiring for g in st.groups):
+            st.swap, st.rollout_started_s = False, None
 
     # --- the fluid step --------------------------------------------------------------
 
@@ -517,6 +553,7 @@ class PipelineSim:
                 backpressured=st.backpressured,
                 heap_rss_bytes=int(heap), heap_rss_per_replica_bytes=None if per_replica is None else int(per_replica),
                 busy_s=st.busy_s, completed=st.completed,
+                old_actors=sum(g.count for g in warm if g.retiring) if spec.kind == "actor" else 0,
             ))
             st.last_rows_out, st.last_bytes_out = st.rows_out, bytes_out
         return Snapshot(execution_id="sim", seq=seq, time_s=self.time_s, operators=tuple(ops),

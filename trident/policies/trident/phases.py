@@ -28,8 +28,8 @@ actor when that is longer)."""
 class Progress:
     """What a pool looked like when it last moved."""
 
-    state: tuple[int, int, int]
-    """(replicas, running actors, pending actors)."""
+    state: tuple[int, int, int, int]
+    """(replicas, running actors, pending actors, old actors of a rolling update)."""
     since_s: float
     steps: int = 0
 
@@ -99,7 +99,7 @@ class Phases:
         byname = {o.name: o for o in snap.operators}
         for st in self.settling(snap):
             o = byname[st.operator]
-            state = (o.config.replicas or 0, o.actors_running, o.actors_pending)
+            state = (o.config.replicas or 0, o.actors_running, o.actors_pending, o.old_actors)
             p = self.progress.get(st.operator)
             if p is None or p.state != state:
                 self.progress[st.operator] = Progress(state=state, since_s=now)
@@ -108,22 +108,27 @@ class Phases:
             held = {s.operator: max(s.replicas_to, 0) for s in self.current}
             why = obstacle(snap, o, st, room_of(snap, held, heap_bytes, memory_limit_bytes))
             grace = 0.0
-            if st.action == "scale_down":  # drained actors finish the tasks they hold
+            cold = cold_start_s.get(st.operator, 0.0)
+            if st.action == "scale_down" or o.old_actors:  # drained actors finish the tasks they hold
                 queued = math.ceil(o.tasks_in_flight / max(o.actors_running, 1))  # each drained actor's queue
-                grace = max(DRAIN_TASKS, queued + 1) * (o.task_duration_p90_s or cold_start_s.get(st.operator, 0.0))
-            elif o.actors_pending:  # starting actors: a cold start, several when nothing is short
-                grace = cold_start_s.get(st.operator, 0.0) * (1 if why.short else STARTING_COLD_STARTS)
+                grace = max(DRAIN_TASKS, queued + 1) * (o.task_duration_p90_s or cold)
+            if st.action != "scale_down" and (o.actors_pending or o.old_actors):
+                # starting actors (or, in a rolling update, about to start): a cold start,
+                # several when nothing is short
+                grace += cold * (1 if why.short else STARTING_COLD_STARTS)
             if p.steps >= patience_steps and now - p.since_s >= grace:
                 return why
         return None
 
 
 def _settling(o: OperatorSnapshot, st: RolloutStep) -> bool:
-    """Whether ``o`` has yet to reach the step's replicas: new ones still starting, or (for a
-    drain) old ones still finishing their work, so the next phase's memory is not yet free."""
+    """Whether ``o`` has yet to reach the step's replicas: new ones still starting, old ones of a
+    rolling update still running, or (for a drain) old ones still finishing their work, so the
+    next phase's memory is not yet free."""
     if st.action == "scale_down":
         return o.config.kind == "actor" and o.actors_running > st.replicas_to
-    return o.actors_pending > 0 or o.config.replicas != st.replicas_to
+    return (o.actors_pending > 0 or o.config.replicas != st.replicas_to
+            or (st.action == "update" and o.old_actors > 0))
 
 
 def obstacle(snap: Snapshot, o: OperatorSnapshot, st: RolloutStep, room: Room) -> Stuck:

@@ -26,7 +26,7 @@ import numpy as np
 from trident.control.policy import PolicyContext
 from trident.model.threads import single_threaded
 from trident.plan.milp import solve_placement
-from trident.plan.rollout import PHASE_DRAIN, PHASE_UP, RolloutInputs, RolloutStep, plan_rollout
+from trident.plan.rollout import PHASE_UP, RolloutInputs, RolloutStep, plan_rollout
 from trident.policies.trident import estimates, explore, problem, tuner
 from trident.policies.trident.inner import inner_targets
 from trident.policies.trident.phases import Phases, Stuck
@@ -185,29 +185,27 @@ class TridentPolicy:
         return decision
 
     def _trial(self, trial: tuner.Trial, snap: Snapshot, now: float, notes: list[str]) -> Decision:
-        """Roll out a batch-size trial: drain old replicas first where the surge has no room."""
-        t = trial.target
-        start = trial.replicas_from if trial.drain_to is None else trial.drain_to
-        phases = [(RolloutStep(operator=t.name, action="update", replicas_from=start, replicas_to=t.replicas,
-                               target=t, phase=PHASE_UP, reason=f"rolling update of {t.name} to batch_size "
-                                                                f"{t.batch_size} on {t.replicas} replica(s)"),)]
-        if trial.drain_to is not None:
-            phases.insert(0, (RolloutStep(operator=t.name, action="scale_down", replicas_from=trial.replicas_from,
-                                          replicas_to=trial.drain_to,
-                                          target=OperatorTarget(name=t.name, replicas=trial.drain_to),
-                                          phase=PHASE_DRAIN, reason=f"drain {t.name} {trial.replicas_from} -> "
-                                                                    f"{trial.drain_to} to make room"),))
+        """Roll out a batch-size trial: new replicas first where they fit beside the old ones,
+        else a swap (old replicas replaced a few at a time, the pool never above the trial's size)."""
+        t, swap = trial.target, trial.swap
+        if swap:
+            t = replace(t, swap=True)
+        how = "a few at a time" if swap else "new first"
+        phases = [(RolloutStep(operator=t.name, action="update", replicas_from=trial.replicas_from,
+                               replicas_to=t.replicas, target=t, phase=PHASE_UP,
+                               reason=f"rolling update of {t.name} to batch_size {t.batch_size} on {t.replicas} "
+                                      f"replica(s), {how}"),)]
         self.bounds[t.name] = Bounds(lo=t.replicas, hi=t.replicas, why="the batch-size trial")
         phase = self.phases.start(phases, now)
         reason = f"{trial.reason} | now: " + "; ".join(st.reason for st in phase)
         caps = ()
-        if trial.drain_to is not None:  # the drained replicas' CPUs wait for the new ones
+        if swap:  # the CPUs old replicas leave wait for the new ones
             caps = tuple(OperatorTarget(name=o.name, replicas=max(o.tasks_running, 1)) for o in snap.operators
                          if o.config.kind == "task" and not o.completed and o.config.num_cpus > 0
                          and not estimates.is_sink(o))
             if caps:
                 reason += "; task operators held at their running tasks (" + ", ".join(
-                    f"{c.name} <= {c.replicas}" for c in caps) + ") so that the drained CPUs wait for the new replicas"
+                    f"{c.name} <= {c.replicas}" for c in caps) + ") so that the CPUs old replicas leave wait for the new ones"
         decision = self._issue(tuple(st.target for st in phase) + caps, reason, now, notes, kind="tune")
         self.phases.plan_seq = self.plan_seq
         return decision

@@ -8,9 +8,9 @@ batch: the largest count whose memory bound fits. Replicas scale linearly in the
 so each measured batch is an observation at every replica count; the optimiser's search is over
 batch sizes, and once it converges (or its trials are spent) the pool moves to the best measured
 batch at the most replicas it allows. The rolling update starts new replicas before old ones go; when the pool's
-GPUs or the memory limit leave no room for that surge, old replicas are drained first
-(:class:`Trial` ``drain_to``; only with ``bo_drain_first``): each slot is then away for one
-drain and one cold start, as in the surge, but nothing outgrows the limit.
+GPUs or the memory limit leave no room for that surge, it swaps them (:class:`Trial` ``swap``;
+only with ``bo_swap``): old replicas leave a few at a time and new ones start in their room, so
+the pool is never above the trial's replicas, whose memory bound fits the limit.
 """
 from __future__ import annotations
 
@@ -30,12 +30,13 @@ from trident.types import OperatorSnapshot, OperatorTarget, Snapshot
 
 @dataclass(frozen=True)
 class Trial:
-    """A batch size to try: the rolling update's target (batch size, replicas), the replicas of
-    the old batch to drain to first (``None``: the surge fits), and why."""
+    """A batch size to try: the rolling update's target (batch size, replicas), whether old
+    replicas are swapped for new ones a few at a time (the new ones do not fit beside the old
+    ones), and why."""
 
     target: OperatorTarget
     replicas_from: int
-    drain_to: int | None
+    swap: bool
     reason: str
 
 
@@ -106,15 +107,17 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
     c = max((k for k, u in zip(concurrencies, upper) if u <= limit), default=sug.knobs.concurrency)
     each = (float(upper[concurrencies.index(c)]) - others) / c  # memory bound of one new replica
     n = o.config.replicas
-    drain_to, c = _room_for(snap, o, c, old_heap=estimates.heap(tr, key_of(o.config), settings), new_heap=each,
-                            free_memory=limit - others)
-    if drain_to is not None and not settings.bo_drain_first:
+    drain_to, surge_c = _room_for(snap, o, c, old_heap=estimates.heap(tr, key_of(o.config), settings),
+                                  new_heap=each, free_memory=limit - others)
+    swap = drain_to is not None
+    if swap and not settings.bo_swap:
         tr.bo_settled = True  # no room for the new batch beside the old one: not tried
         return None
+    c = c if swap else surge_c
     what = "best safe" if sug.converged else f"trial {tr.bo_tried}/{settings.bo_trials}"
     reason = (f"tune {o.name} batch_size {b} -> {bb} on {c} replica(s) ({what}): {sug.reason}"
-              + (f"; {n - drain_to} old replica(s) drained first to make room" if drain_to is not None else ""))
-    return Trial(OperatorTarget(name=o.name, batch_size=bb, replicas=c), n, drain_to, reason)
+              + ("; no room for new replicas beside the old ones: swapped a few at a time" if swap else ""))
+    return Trial(OperatorTarget(name=o.name, batch_size=bb, replicas=c), n, swap, reason)
 
 
 def _most_replicas(snap: Snapshot, o: OperatorSnapshot) -> int:
