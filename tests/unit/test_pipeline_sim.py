@@ -137,12 +137,13 @@ def test_bad_spec_names_the_parameter():
 
 
 def test_rolling_update_on_a_full_cluster_keeps_most_replicas_serving():
-    # ocr holds all 8 A GPUs; its new configuration can only start where old replicas drained
+    # ocr holds all 8 A GPUs; its new configuration can only start where old replicas drained:
+    # after the guard the update goes on as a swap, half the pool at a time
     ops = list(_spec().operators)
     ops[1] = SimOperator(**{**ops[1].__dict__, "replicas": 8})
     pol = Scripted([(20.0, OperatorTarget(name="ocr", replicas=8, batch_size=64))])
     res = simulate(_spec(operators=tuple(ops)), policy=pol, seed=0)
     after = [s.operator("ocr") for s in pol.seen if 21 <= s.time_s <= 80]
-    assert min(o.actors_running for o in after) >= 6  # never more than a quarter down
+    assert min(o.actors_running for o in after) >= 4  # never more than half down
     assert after[-1].actors_running == 8 and after[-1].heap_rss_per_replica_bytes == 3 * GiB
     assert res.finished

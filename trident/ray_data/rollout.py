@@ -155,7 +155,7 @@ def with_batch_size(transformer: Any, batch_size: int) -> Any:
 class Rollout:
     """One rolling update of one actor operator (new actors first, old drained then released)."""
 
-    def __init__(self, *, op: Any, target: OperatorTarget, size: int, pending_guard_s: float = 30.0,
+    def __init__(self, *, op: Any, target: OperatorTarget, size: int, pending_guard_s: float = 15.0,
                  node_type: dict[str, str] | None = None, type_only: bool = False) -> None:
         """``type_only``: the update changes the accelerator type and nothing else, so old actors
         already on a node of that type are kept (they are what a new actor would be)."""
@@ -173,10 +173,10 @@ class Rollout:
         while pool._pending_actors:  # pending actors would come up with the old configuration
             pool._try_remove_pending_actor()
         self.old: set[Any] = set(pool._running_actors)
-        if type_only:
-            self.old -= {a for a in self.old if self._on_target_type(a)}
+        self.kept: set[Any] = {a for a in self.old if self._on_target_type(a)} if type_only else set()
+        self.old -= self.kept
         pool.trident_old = self.old  # the same set: snapshots count the old actors left
-        self.swap_cap = min(self.size, len(self.old))
+        self.swap_cap = min(self.size, len(pool._running_actors))
         """Most actors during a swap while old ones are left: no mix of old and new is then
         larger than the old pool or the new one (in memory as in count)."""
         args = new_remote_args(op._ray_remote_args, target)
@@ -204,15 +204,15 @@ class Rollout:
         (the surge is temporary: each new actor that is up retires an old one). Old actors on
         nodes of the accelerator type the update moves to go first, and at once while new actors
         wait for room (they hold the GPUs the new ones need). If no new actor has come up
-        ``pending_guard_s`` after the surge began (the cluster has no room for it), one old
-        actor is drained to make room.
+        ``pending_guard_s`` after the surge began (the cluster has no room for it), the update
+        goes on as a swap (:meth:`_swap_step`).
         """
         pool = self.pool
         notes: list[str] = []
         self.old &= set(pool._running_actors)  # old actors that died or were released elsewhere
         if self.target.swap:
             return self._swap_step(notes)
-        new_running = sum(1 for a in pool._running_actors if a not in self.old)
+        new_running = sum(1 for a in pool._running_actors if a not in self.old and a not in self.kept)
         started = resize(pool, size=self.new_size(), target=self.size, budget=None,
                          reason="trident rolling update: new actors first")
         if started:
@@ -224,23 +224,23 @@ class Rollout:
         to_retire = min(len(serving), max(0, new_running - self.retired))
         in_the_way = sum(1 for a in serving if self._on_target_type(a))
         making_room = min(in_the_way, pool.num_pending_actors())
-        stuck = (new_running == 0 and not draining and self.surge_started_s is not None
-                 and now_s - self.surge_started_s > self.pending_guard_s)
-        if making_room > to_retire:
-            to_retire = making_room
-        elif stuck and to_retire == 0 and serving:
-            to_retire = 1
-            self.surge_started_s = now_s
+        if (new_running == 0 and not draining and making_room == 0 and self.surge_started_s is not None
+                and now_s - self.surge_started_s > self.pending_guard_s):
+            self.target = dataclasses.replace(self.target, swap=True)  # no room beside the old ones
+            self.swap_cap = min(self.size, len(pool._running_actors))
+            notes.append(f"no new actor up {self.pending_guard_s:.0f} s after the surge began: swapping instead")
+            return self._swap_step(notes)
+        to_retire = max(to_retire, making_room)
         for actor in serving[:to_retire]:
             stop_scheduling(pool, actor)
             self.retired += 1
-            room = stuck or self._on_target_type(actor) and making_room
+            room = self._on_target_type(actor) and making_room
             notes.append("draining 1 old actor" + (" to make room" if room else ""))
         self._release_drained(notes)
         return notes
 
     def _swap_step(self, notes: list[str]) -> list[str]:
-        """A swap: old actors leave a quarter of the pool at a time
+        """A swap: old actors leave half the pool at a time
         (:func:`~trident.plan.rollout.swap_window`; fewest tasks in flight first) and new ones
         start in the room they leave, old and new together never more than the smaller of the
         old pool and the new one (``swap_cap``) until the last old actor is gone."""

@@ -16,9 +16,9 @@ a backlog waits) and calls :meth:`ControlLoop.step`; plan targets are applied as
 applies them (:mod:`trident.ray_data.rollout`): sizes clamped to the pool's bounds; a
 scale-down cancels pending replicas first, then drains busy ones, which finish the batch
 they hold before they go; a configuration change is a rolling update in which each new
-replica that is warm retires one old one (drained the same way), and one old replica is
-drained to make room when no new one has started for ``PENDING_GUARD_S`` (a swap replaces
-them a few at a time instead, new ones starting where old ones left). The contract
+replica that is warm retires one old one (drained the same way); when no new one has
+started for ``PENDING_GUARD_S``, or when the plan asks for it, it is a swap instead (old
+replicas drain half the pool at a time, new ones start where old ones left). The contract
 test (``tests/unit/test_actuation_contract.py``) holds the simulator and the shim's pool
 driver to the same outcomes. Deterministic for a seed.
 """
@@ -44,9 +44,9 @@ from trident.types import (
 )
 
 CPU = "cpu"
-PENDING_GUARD_S = 30.0
-"""Seconds a rolling update waits for a new replica to start before it drains an old one to
-make room (as :class:`trident.ray_data.rollout.Rollout`)."""
+PENDING_GUARD_S = 15.0
+"""Seconds a rolling update waits for a new replica to start before it goes on as a swap (as
+:class:`trident.ray_data.rollout.Rollout`)."""
 
 
 @dataclass(frozen=True)
@@ -422,7 +422,9 @@ class PipelineSim:
             k = max(0, warm_new - st.retired)
             started = any(not g.retiring and g.ready_at_s is not None for g in st.groups)
             if k == 0 and not started and self.time_s - (st.rollout_started_s or self.time_s) > PENDING_GUARD_S:
-                k, st.rollout_started_s = 1, self.time_s
+                st.swap, st.swap_cap = True, min(st.config_replicas, sum(g.count for g in st.groups if g.retiring))
+                self._swap(st, old)
+                continue
             for g in old:
                 take = min(k, g.count)
                 self._drain(st, g, take)
@@ -431,7 +433,7 @@ class PipelineSim:
             st.groups = [g for g in st.groups if g.count > 0]
 
     def _swap(self, st: _OpState, old: list[_Group]) -> None:
-        """A swap (as the shim's): old replicas drain a quarter of the pool at a time
+        """A swap (as the shim's): old replicas drain half the pool at a time
         (:func:`~trident.plan.rollout.swap_window`), counting new ones still starting; new ones
         start in the room the old ones leave, old and new together never more than ``swap_cap``
         until the last old one is gone."""
@@ -439,6 +441,13 @@ class PipelineSim:
         alive_old = sum(g.count for g in st.groups if g.retiring)
         new = sum(g.count for g in st.groups if not g.retiring)
         most = min(n, st.swap_cap) if alive_old else n
+        excess = new - max(most - alive_old, 0)
+        for g in st.groups:  # new replicas still waiting beyond the room: cancelled
+            if excess > 0 and not g.retiring and g.ready_at_s is None:
+                take = min(excess, g.count)
+                g.count -= take
+                excess -= take
+        new = sum(g.count for g in st.groups if not g.retiring)
         if new < most - alive_old:
             st.groups.append(_Group(count=most - alive_old - new, batch_size=st.batch_size, num_gpus=st.num_gpus,
                                     accelerator_type=st.accelerator_type, ready_at_s=None))
