@@ -100,7 +100,9 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
             hi = cap if hi is None else min(hi, cap)
         rates[o.name] = Estimate(rate_in, source)
         heap = estimates.heap(tr, key, settings) or (heap_prior if o.config.kind == "actor" else 0.0)
-        if per_type and o.name in seen:  # unpinned: an option per type it was measured on, split as it runs
+        # unpinned: an option per type it was measured on, split as it runs now; planned on one
+        # type (which of its actors Ray removes cannot be chosen, so a split cannot be steered)
+        if per_type and o.name in seen:
             options = [DeviceOption(device=t, rate_rows_per_s=(r / sels[i] if rate_out is not None else rate_in),
                                     cpus=o.config.num_cpus, gpus=o.config.num_gpus, memory_bytes=int(heap))
                        for t, r in sorted(seen[o.name].items())]
@@ -114,7 +116,7 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
         specs.append(OperatorSpec(name=o.name, options=tuple(options), selectivity=sels[i],
                                   min_replicas=lo, max_replicas=hi,
                                   cold_start_s=estimates.cold_start_s(tr, o, settings),
-                                  single_device=o.config.kind == "actor" and o.name not in seen))
+                                  single_device=o.config.kind == "actor"))
     if len(missing) == len(ops):
         return Planning(None, rates, f"observing: no throughput measured yet for {', '.join(missing)}")
     specs = bound_held(specs, factors, slots=cluster.cpus + cluster.gpus)
@@ -185,7 +187,7 @@ def targets(ops: list[OperatorSnapshot], alloc: Allocation) -> tuple[OperatorTar
     """The allocation's changes as operator targets (replicas, and accelerator type where it
     moves). An unpinned pool is pinned when the plan puts all its replicas on one type (its
     actors already there stay: the rolling update replaces only those elsewhere), so that its
-    new actors cannot take the GPUs another pool is moving to; a split plan leaves it unpinned."""
+    new actors cannot take the GPUs another pool is moving to."""
     out = []
     for o in ops:
         if o.config.replicas is None:
