@@ -100,3 +100,16 @@ def test_additions_that_would_exceed_the_memory_limit_wait_for_drains():
     roomy = plan_rollout(CURRENT, targets, _inputs(free_gpus=8, free_gpus_by_type={"A": 3},
                                                    free_memory_bytes=3e9, memory_per_replica_bytes=each))
     assert [(s.operator, s.phase) for s in roomy.steps] == [("ocr", PHASE_UP), ("embed", PHASE_DRAIN)]
+
+
+def test_a_move_with_no_room_and_nothing_draining_is_a_swap():
+    # both pools move to the type the other holds: no GPU free on either, nothing drains
+    targets = (OperatorTarget(name="ocr", replicas=2, accelerator_type="B"),
+               OperatorTarget(name="embed", replicas=4, accelerator_type="A"))
+    r = plan_rollout(CURRENT, targets, _inputs(free_gpus=0.0, free_gpus_by_type={"A": 0.0, "B": 0.0}))
+    assert [(s.operator, s.phase, s.target.swap) for s in r.steps] == [("ocr", PHASE_UP, True),
+                                                                        ("embed", PHASE_UP, True)]
+    assert all("swapped half the pool at a time" in s.reason for s in r.steps)
+    # with room, new replicas come first
+    roomy = plan_rollout(CURRENT, targets, _inputs(free_gpus=8.0, free_gpus_by_type={"A": 4.0, "B": 4.0}))
+    assert not any(s.target.swap for s in roomy.steps)

@@ -348,9 +348,7 @@ def _batch_sensitive(total_rows=14_000):
 
 def test_batch_size_search_leaves_the_first_batch_without_breaking_the_memory_limit():
     ray = simulate(_batch_sensitive(), policy="ray", seed=0)
-    policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=_batch_sensitive().memory_limit_bytes, seed=0),
-                           settings=TridentSettings(bo_swap=True))
-    res = simulate(_batch_sensitive(), policy=policy, seed=0)
+    res = simulate(_batch_sensitive(), policy="trident", seed=0)
     assert res.finished and ray.finished
     assert res.oom_kills == 0
     tunes = [d for d in _plans(res) if d.kind == "tune"]
@@ -364,9 +362,11 @@ def test_batch_size_search_leaves_the_first_batch_without_breaking_the_memory_li
     assert batches and batches[-1] > 8, [d.reason for d in tunes]
     assert res.throughput_rows_per_s >= 1.1 * ray.throughput_rows_per_s, (res.throughput_rows_per_s,
                                                                          ray.throughput_rows_per_s)
-    # by default a trial needs room for its new replicas beside the old ones: none here
-    default = simulate(_batch_sensitive(), policy="trident", seed=0)
-    assert default.finished and not [d for d in _plans(default) if d.kind == "tune"]
+    # without swaps a trial needs room for its new replicas beside the old ones: none here
+    policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=_batch_sensitive().memory_limit_bytes, seed=0),
+                           settings=TridentSettings(bo_swap=False))
+    no_swap = simulate(_batch_sensitive(), policy=policy, seed=0)
+    assert no_swap.finished and not [d for d in _plans(no_swap) if d.kind == "tune"]
 
 
 def _typed_snapshot(k: int, *, detect_types=("A", "B"), per_actor=None):

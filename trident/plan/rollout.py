@@ -11,7 +11,7 @@ the new throughput that waits for it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from trident.errors import ConfigError
@@ -187,7 +187,8 @@ def _config_changes(cfg: OperatorConfig, t: OperatorTarget) -> list[str]:
 
 def _order(steps: list[RolloutStep], current: dict[str, OperatorConfig], inputs: RolloutInputs) -> list[RolloutStep]:
     """Additions bottleneck first (those that do not fit the free resources or memory wait for
-    the drains); drains least-utilised first."""
+    the drains, or, for a rolling update with no drain to wait for, swap old actors for new
+    ones); drains least-utilised first."""
     util = inputs.utilisation
     ups = sorted((s for s in steps if s.phase == PHASE_UP), key=lambda s: (-util.get(s.operator, 0.0), s.operator))
     downs = sorted((s for s in steps if s.phase == PHASE_DRAIN), key=lambda s: (util.get(s.operator, 0.0), s.operator))
@@ -210,6 +211,10 @@ def _order(steps: list[RolloutStep], current: dict[str, OperatorConfig], inputs:
             free[pool] -= need_gpu
             free["memory"] -= need_mem
             ordered.append(s)
+        elif s.action == "update" and not downs:  # nothing drains to make room: old and new trade places
+            ordered.append(RolloutStep(**{**s.__dict__, "target": replace(s.target, swap=True),
+                                          "reason": s.reason + " (no room beside the old ones: swapped half the "
+                                                               "pool at a time)"}))
         else:
             ordered.append(RolloutStep(**{**s.__dict__, "phase": PHASE_UP_AFTER_DRAIN,
                                           "reason": s.reason + " (after drains free its resources)"}))

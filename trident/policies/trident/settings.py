@@ -69,11 +69,11 @@ class TridentSettings:
     """Batch sizes the optimiser may try per operator and regime (0 disables it)."""
     bo_min_remaining_s: float = 60.0
     """Remaining work (seconds at the current rate) below which no batch size is tried."""
-    bo_swap: bool = False
+    bo_swap: bool = True
     """Try a batch size also when the pool's GPUs or the memory limit leave no room for new
-    replicas beside the old ones, by swapping old replicas for new ones a few at a time (task
-    operators held at their running tasks meanwhile, so that the CPUs the old replicas leave
-    wait for the new ones)."""
+    replicas beside the old ones, by swapping old replicas for new ones half the pool at a time
+    (task operators held at their running tasks meanwhile, so that the CPUs the old replicas
+    leave wait for the new ones). Off: such a batch is not tried."""
     min_change: float = 0.10
     """Relative shift a changepoint needs to start a new regime (smaller ones are noise)."""
     shift_ratio: float = 1.5

@@ -9,8 +9,8 @@ so each measured batch is an observation at every replica count; the optimiser's
 batch sizes, and once it converges (or its trials are spent) the pool moves to the best measured
 batch at the most replicas it allows. The rolling update starts new replicas before old ones go; when the pool's
 GPUs or the memory limit leave no room for that surge, it swaps them (:class:`Trial` ``swap``;
-only with ``bo_swap``): old replicas leave a few at a time and new ones start in their room, so
-the pool is never above the trial's replicas, whose memory bound fits the limit.
+``bo_swap``): old replicas leave half the pool at a time and new ones start in their room, the
+pool never above the smaller of the old pool and the trial's, both of which fit the limit.
 """
 from __future__ import annotations
 
