@@ -165,7 +165,7 @@ class OperatorTarget:
     num_gpus: float | None = None
     accelerator_type: str | None = None
     swap: bool = False
-    """Roll by replacing old actors a few at a time (a new one starts where an old one left)
+    """Roll by replacing old actors half the pool at a time (new ones start where old ones left)
     instead of starting every new actor first: for a change whose new actors do not fit beside
     the old ones (the GPUs or the memory limit are full)."""
 

@@ -354,9 +354,9 @@ def test_batch_size_search_leaves_the_first_batch_without_breaking_the_memory_li
     tunes = [d for d in _plans(res) if d.kind == "tune"]
     assert tunes, [d.reason for d in _plans(res)]
     # a larger batch cannot be certified for all 8 replicas from one batch: the first trial runs fewer,
-    # swapped a few at a time where the pool's GPUs leave no room for new replicas beside the old ones
+    # swapped half the pool at a time where its GPUs leave no room for new replicas beside the old ones
     first = tunes[0]
-    assert "replica(s)" in first.reason and "swapped a few at a time" in first.reason
+    assert "replica(s)" in first.reason and "swapped half the pool at a time" in first.reason
     assert all(t.swap for t in first.plan.targets if t.batch_size is not None)
     batches = [t.batch_size for d in _plans(res) for t in d.plan.targets if t.batch_size is not None]
     assert batches and batches[-1] > 8, [d.reason for d in tunes]
@@ -466,3 +466,16 @@ def test_free_gpus_per_type_count_unpinned_actors_where_they_run():
     detect = next(o for o in ops if o.name == "detect")
     pinned = [replace(detect, config=replace(detect.config, accelerator_type="B"))] + [o for o in ops if o is not detect]
     assert problem.free_gpus_by_type(snap, pinned) == {"A": 2.0, "B": -2.0}
+
+
+def test_a_replan_never_holds_a_pool_below_what_it_had_before_the_step():
+    """A pool planned 2 -> 6 whose second actor is still starting when the step is judged stuck
+    (1 running) is held at 2, not at 1: its own starting actor is not the obstacle."""
+    from trident.policies.trident.phases import Stuck
+
+    policy = TridentPolicy(context=PolicyContext(seed=0))
+    snap = _ray_like(30.0, ocr_replicas=2, ocr_out=100, embed_out=0, total=400)
+    d = policy._replan(Stuck("ocr", reached=1, wanted=6, obstacle="the cluster has 0.5 GPUs too few for the plan",
+                             before=2), snap, 30.0, [])
+    assert d.kind == "replan" and [(t.name, t.replicas) for t in d.plan.targets] == [("ocr", 2)]
+    assert policy.ceilings["ocr"][0].hi == 2 and "stays at 1 of 6" in d.reason

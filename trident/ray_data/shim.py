@@ -281,10 +281,11 @@ class ExecutionShim:
                 for note in rollout.step(self.now_s()):
                     self._action(self.now_s(), self.names.by_op[op], "rollout_step", note)
                 if op.has_completed() and not rollout.done:
+                    left = len(rollout.old)
                     rollout.abandon()
                     del self.rollouts[op]
                     self._action(self.now_s(), self.names.by_op[op], "rollout_abandoned",
-                                 f"the operator finished first ({len(rollout.old)} old actor(s) left)")
+                                 f"the operator finished first ({left} old actor(s) left)")
                     continue
                 if rollout.done:
                     del self.rollouts[op]

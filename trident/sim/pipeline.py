@@ -221,7 +221,7 @@ class _OpState:
     """Old replicas retired in the rolling update in progress."""
     rollout_started_s: float | None = None
     swap: bool = False
-    """The rolling update in progress swaps old replicas for new ones a few at a time."""
+    """The rolling update in progress swaps old replicas for new ones half the pool at a time."""
     swap_cap: int = 0
     """Most replicas while old ones are left in a swap: the smaller of the old and new pools."""
 

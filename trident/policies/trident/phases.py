@@ -9,7 +9,7 @@ at all) and the rollout ends with it named, so the planner plans again around it
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from trident.plan.rollout import RolloutStep
 from trident.policies.trident.inner import Room, room_of
@@ -48,6 +48,8 @@ class Stuck:
     """Whether a resource is short (else the actors are only slow to start)."""
     drain: bool = False
     """A drain still waiting on busy actors: the next phase goes ahead, nothing is re-planned."""
+    before: int = 0
+    """The pool's replicas before the step (a re-plan never holds it below them)."""
 
 
 @dataclass
@@ -134,6 +136,10 @@ def _settling(o: OperatorSnapshot, st: RolloutStep) -> bool:
 def obstacle(snap: Snapshot, o: OperatorSnapshot, st: RolloutStep, room: Room) -> Stuck:
     """Why ``o`` stays short of ``st.replicas_to`` (``room``: what is left once every pool holds
     its target): the resource that is short, and task caps that would free CPUs."""
+    return replace(_obstacle(snap, o, st, room), before=st.replicas_from)
+
+
+def _obstacle(snap: Snapshot, o: OperatorSnapshot, st: RolloutStep, room: Room) -> Stuck:
     reached = o.actors_running
     c = o.config
     if st.action == "scale_down":

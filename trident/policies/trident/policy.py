@@ -186,11 +186,12 @@ class TridentPolicy:
 
     def _trial(self, trial: tuner.Trial, snap: Snapshot, now: float, notes: list[str]) -> Decision:
         """Roll out a batch-size trial: new replicas first where they fit beside the old ones,
-        else a swap (old replicas replaced a few at a time, the pool never above the trial's size)."""
+        else a swap (old replicas replaced half the pool at a time, never more at once than the
+        smaller of the old pool and the trial's)."""
         t, swap = trial.target, trial.swap
         if swap:
             t = replace(t, swap=True)
-        how = "a few at a time" if swap else "new first"
+        how = "swapped half the pool at a time" if swap else "new first"
         phases = [(RolloutStep(operator=t.name, action="update", replicas_from=trial.replicas_from,
                                replicas_to=t.replicas, target=t, phase=PHASE_UP,
                                reason=f"rolling update of {t.name} to batch_size {t.batch_size} on {t.replicas} "
@@ -309,11 +310,15 @@ class TridentPolicy:
             caps = ", ".join(f"{t.name} <= {t.replicas}" for t in stuck.task_caps)
             return self._issue(stuck.task_caps, f"{reason}; capping task concurrency to make room: {caps}",
                                now, notes, kind="replan")
-        self.ceilings[stuck.operator] = (Bounds(lo=0, hi=max(stuck.reached, 1), why=stuck.obstacle), now)
+        # held at what it reached, never below what it had before the step (actors of its own
+        # still starting are not the obstacle; holding a bottleneck below them cost 37 s at one
+        # replica on the regime-shift scenario)
+        hold = max(stuck.reached, stuck.before, 1)
+        self.ceilings[stuck.operator] = (Bounds(lo=0, hi=hold, why=stuck.obstacle), now)
         b = self.bounds.get(stuck.operator)
-        if b is not None and b.lo > stuck.reached:
-            self.bounds[stuck.operator] = Bounds(lo=max(stuck.reached, 1), hi=b.hi, why=stuck.obstacle)
-        target = OperatorTarget(name=stuck.operator, replicas=max(stuck.reached, 1))
+        if b is not None and b.lo > hold:
+            self.bounds[stuck.operator] = Bounds(lo=hold, hi=b.hi, why=stuck.obstacle)
+        target = OperatorTarget(name=stuck.operator, replicas=hold)
         return self._issue((target,), f"{reason}; holding it at {target.replicas} until the plan is redone",
                            now, notes, kind="replan")
 

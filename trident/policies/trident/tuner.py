@@ -31,8 +31,8 @@ from trident.types import OperatorSnapshot, OperatorTarget, Snapshot
 @dataclass(frozen=True)
 class Trial:
     """A batch size to try: the rolling update's target (batch size, replicas), whether old
-    replicas are swapped for new ones a few at a time (the new ones do not fit beside the old
-    ones), and why."""
+    replicas are swapped for new ones half the pool at a time (the new ones do not fit beside
+    the old ones), and why."""
 
     target: OperatorTarget
     replicas_from: int
@@ -116,7 +116,7 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
     c = c if swap else surge_c
     what = "best safe" if sug.converged else f"trial {tr.bo_tried}/{settings.bo_trials}"
     reason = (f"tune {o.name} batch_size {b} -> {bb} on {c} replica(s) ({what}): {sug.reason}"
-              + ("; no room for new replicas beside the old ones: swapped a few at a time" if swap else ""))
+              + ("; no room for new replicas beside the old ones: swapped half the pool at a time" if swap else ""))
     return Trial(OperatorTarget(name=o.name, batch_size=bb, replicas=c), n, swap, reason)
 
 
