@@ -184,11 +184,26 @@ class Run:
     record: object = None
 
 
+def wait_until_idle(timeout_s: float = 120.0) -> float:
+    """Wait until every CPU and GPU of the cluster is free again, so that no run starts beside
+    actors of the run before it (Ray releases them asynchronously). Returns the seconds waited."""
+    import ray
+
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout_s:
+        total, free = ray.cluster_resources(), ray.available_resources()
+        if all(free.get(k, 0.0) >= total.get(k, 0.0) - 1e-6 for k in ("CPU", "GPU")):
+            break
+        time.sleep(0.5)
+    return time.perf_counter() - t0
+
+
 def run_once(sc: Scenario, policy: str, *, interval_s: float = 1.0) -> Run:
     import pyarrow.parquet as pq
 
     import trident
 
+    wait_until_idle()
     work = Path(tempfile.mkdtemp(prefix="trident-suite-"))
     (work / "pids").mkdir()
     limit = int(sc.memory_limit_mb * 2**20) if sc.memory_limit_mb else None
