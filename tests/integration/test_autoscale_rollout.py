@@ -29,10 +29,11 @@ def cluster():
     c.shutdown()
 
 
-class SwitchToB:
-    """Test double: once 256 rows went through the model, roll it to batch 32 on type B."""
+class RollOnce:
+    """Test double: once 256 rows went through the model, roll it to ``CHANGE``."""
 
     name = "test-rollout"
+    CHANGE: dict = {}
 
     def __init__(self, *, context=None):
         self.sent = False
@@ -42,9 +43,22 @@ class SwitchToB:
         if self.sent or op.rows_out_total < 256:
             return Decision(time_s=now, reason="hold")
         self.sent = True
-        plan = Plan(seq=1, targets=(OperatorTarget(name=op.name, batch_size=32, accelerator_type="B"),),
-                    reason="test: batch 32 on type B", created_at_s=now)
+        plan = Plan(seq=1, targets=(OperatorTarget(name=op.name, **self.CHANGE),), reason=f"test: {self.CHANGE}",
+                    created_at_s=now)
         return Decision(time_s=now, reason=plan.reason, plan=plan)
+
+
+class SwitchToB(RollOnce):
+    """Batch 32 on type B."""
+
+    CHANGE = {"batch_size": 32, "accelerator_type": "B"}
+
+
+class GrowBatch(RollOnce):
+    """Batch 96 (blocks hold 32 rows)."""
+
+    name = "test-grow-batch"
+    CHANGE = {"batch_size": 96}
 
 
 class _Model:
@@ -91,24 +105,6 @@ def test_rolling_update_batch_64_on_a_to_batch_32_on_b(cluster):
     assert final.batch_size == 32 and final.accelerator_type == "B"
 
 
-class GrowBatch:
-    """Test double: once 256 rows went through the model, roll it to batch 96 (blocks hold 32)."""
-
-    name = "test-grow-batch"
-
-    def __init__(self, *, context=None):
-        self.sent = False
-
-    def step(self, snapshot, now):
-        op = next(o for o in snapshot.operators if "_Model" in o.name)
-        if self.sent or op.rows_out_total < 256:
-            return Decision(time_s=now, reason="hold")
-        self.sent = True
-        plan = Plan(seq=1, targets=(OperatorTarget(name=op.name, batch_size=96),), reason="test: batch 96",
-                    created_at_s=now)
-        return Decision(time_s=now, reason=plan.reason, plan=plan)
-
-
 def test_a_larger_batch_gets_input_bundles_of_its_size(cluster):
     """The batch grows past the rows of one block: new actors' tasks get bundles of the new
     batch's rows, as Ray Data gives them for the batch size a pipeline is built with."""
@@ -125,4 +121,6 @@ def test_a_larger_batch_gets_input_bundles_of_its_size(cluster):
     t_finished = execution.started_at_unix_s + finished.time_s
     after = sorted(n for s, _, n in {(r["start"], r["node"], r["batch_len"]) for r in rows} if s > t_finished)
     assert after, "no batch ran after the rollout; the test pipeline is too short"
-    assert after[-1] == 96 and sum(n == 96 for n in after) >= len(after) - 1, after  # one short batch at the end
+    # bundles formed before the update (32 rows) may still reach the new actors, and the last one
+    # is short: most rows after the update, not all, run in batches of 96 (without the fix: none)
+    assert sum(n for n in after if n == 96) >= 0.75 * sum(after), after

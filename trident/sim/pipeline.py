@@ -425,12 +425,16 @@ class PipelineSim:
                 st.swap, st.swap_cap = True, min(st.config_replicas, sum(g.count for g in st.groups if g.retiring))
                 self._swap(st, old)
                 continue
-            for g in old:
-                take = min(k, g.count)
-                self._drain(st, g, take)
-                st.retired += take
-                k -= take
-            st.groups = [g for g in st.groups if g.count > 0]
+            self._retire(st, old, k)
+
+    def _retire(self, st: _OpState, old: list[_Group], k: int) -> None:
+        """Drain ``k`` old replicas of a rolling update."""
+        for g in old:
+            take = min(k, g.count)
+            self._drain(st, g, take)
+            st.retired += take
+            k -= take
+        st.groups = [g for g in st.groups if g.count > 0]
 
     def _swap(self, st: _OpState, old: list[_Group]) -> None:
         """A swap (as the shim's): old replicas drain half the pool at a time
@@ -453,13 +457,7 @@ class PipelineSim:
                                     accelerator_type=st.accelerator_type, ready_at_s=None))
         starting = sum(g.count for g in st.groups if not g.retiring and not self._is_warm(g))
         draining = sum(g.count for g in st.groups if g.retiring and g.release_at_s is not None)
-        k = max(0, swap_window(n, alive_old) - draining - starting)
-        for g in old:
-            take = min(k, g.count)
-            self._drain(st, g, take)
-            st.retired += take
-            k -= take
-        st.groups = [g for g in st.groups if g.count > 0]
+        self._retire(st, old, max(0, swap_window(n, alive_old) - draining - starting))
         if not any(g.retiring for g in st.groups):
             st.swap, st.rollout_started_s = False, None
 
