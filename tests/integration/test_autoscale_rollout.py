@@ -7,7 +7,7 @@ import time
 import pytest
 
 os.environ["RAY_AUTH_MODE"] = "disabled"
-ray = pytest.importorskip("ray")
+import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 from ray.data import ActorPoolStrategy  # noqa: E402
 

@@ -20,210 +20,30 @@ replica that is warm retires one old one (drained the same way); when no new one
 started for ``PENDING_GUARD_S``, or when the plan asks for it, it is a swap instead (old
 replicas drain half the pool at a time, new ones start where old ones left). The contract
 test (``tests/unit/test_actuation_contract.py``) holds the simulator and the shim's pool
-driver to the same outcomes. Deterministic for a seed.
+driver to the same outcomes. Deterministic for a seed. The model of the pipeline lives in
+:mod:`trident.sim.pipeline_model`, the application of targets in
+:mod:`trident.sim.pipeline_actuation`.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
-from typing import Literal
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from trident.control.loop import ControlLoop
 from trident.control.policy import Policy, PolicyContext
 from trident.errors import ConfigError
-from trident.plan.rollout import swap_window
-from trident.types import (
-    ClusterView,
-    Decision,
-    OperatorConfig,
-    OperatorSnapshot,
-    OperatorTarget,
-    Snapshot,
+from trident.sim.pipeline_actuation import Actuation, _Group, _OpState
+from trident.sim.pipeline_model import (  # noqa: F401 - the public names of the simulator
+    CPU,
+    PENDING_GUARD_S,
+    PipelineSpec,
+    Regime,
+    SimNodes,
+    SimOperator,
 )
-
-CPU = "cpu"
-PENDING_GUARD_S = 15.0
-"""Seconds a rolling update waits for a new replica to start before it goes on as a swap (as
-:class:`trident.ray_data.rollout.Rollout`)."""
-
-
-@dataclass(frozen=True)
-class Regime:
-    """From ``start`` on (seconds or dataset rows, per the operator's ``regime_by``), the
-    operator runs at ``rate_scale`` x its speed, ``memory_scale`` x its per-batch heap, and its
-    input rows are ``bytes_per_row_scale`` x as large."""
-
-    start: float
-    rate_scale: float = 1.0
-    memory_scale: float = 1.0
-    bytes_per_row_scale: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.start < 0:
-            raise ConfigError("Regime.start", self.start, "a number >= 0")
-        if min(self.rate_scale, self.memory_scale, self.bytes_per_row_scale) <= 0:
-            raise ConfigError("Regime scales", (self.rate_scale, self.memory_scale, self.bytes_per_row_scale),
-                              "numbers > 0")
-
-
-@dataclass(frozen=True, kw_only=True)
-class SimOperator:
-    """One operator: its cost and memory curves, resources per replica, and starting configuration."""
-
-    name: str
-    kind: Literal["task", "actor"]
-    peak_rows_per_s: tuple[tuple[str, float], ...]
-    """Input rows per second of one replica at a very large batch, per device ('cpu' or a GPU type)."""
-    half_batch_rows: float = 0.0
-    selectivity: float = 1.0
-    replicas: int
-    min_replicas: int = 1
-    max_replicas: int | None = None
-    batch_size: int | None = None
-    num_cpus: float = 1.0
-    num_gpus: float = 0.0
-    accelerator_type: str | None = None
-    heap_base_bytes: float = 0.0
-    heap_per_batch_row_bytes: float = 0.0
-    cold_start_s: float = 0.0
-    regimes: tuple[Regime, ...] = ()
-    regime_by: Literal["time", "rows"] = "time"
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("task", "actor"):
-            raise ConfigError(f"{self.name}.kind", self.kind, "'task' or 'actor'")
-        if not self.peak_rows_per_s or any(r <= 0 for _, r in self.peak_rows_per_s):
-            raise ConfigError(f"{self.name}.peak_rows_per_s", self.peak_rows_per_s, "(device, rows/s > 0) pairs")
-        if self.selectivity <= 0:
-            raise ConfigError(f"{self.name}.selectivity", self.selectivity, "a number > 0")
-        if self.replicas < 0 or self.cold_start_s < 0 or self.half_batch_rows < 0:
-            raise ConfigError(f"{self.name}.replicas/cold_start_s/half_batch_rows",
-                              (self.replicas, self.cold_start_s, self.half_batch_rows), "numbers >= 0")
-        if self.regime_by not in ("time", "rows"):
-            raise ConfigError(f"{self.name}.regime_by", self.regime_by, "'time' or 'rows'")
-        if self.num_gpus > 0 and self.device(self.accelerator_type, self.num_gpus) not in dict(self.peak_rows_per_s):
-            raise ConfigError(f"{self.name}.accelerator_type", self.accelerator_type,
-                              f"a device of peak_rows_per_s ({[d for d, _ in self.peak_rows_per_s]})")
-
-    def device(self, accelerator_type: str | None, num_gpus: float) -> str:
-        if num_gpus <= 0:
-            return CPU
-        return accelerator_type or next(d for d, _ in self.peak_rows_per_s if d != CPU)
-
-    def regime(self, time_s: float, dataset_row: float) -> Regime:
-        pos = time_s if self.regime_by == "time" else dataset_row
-        current = Regime(start=0.0)
-        for r in sorted(self.regimes, key=lambda r: r.start):
-            if r.start <= pos:
-                current = r
-        return current
-
-    def rate_rows_per_s(self, device: str, batch_size: int | None, regime: Regime) -> float:
-        """Input rows per second of one warm replica (0 on a device it cannot use)."""
-        peak = dict(self.peak_rows_per_s).get(device, 0.0)
-        b = batch_size or 1024
-        return peak * (b / (b + self.half_batch_rows)) * regime.rate_scale
-
-    def heap_bytes(self, batch_size: int | None, regime: Regime) -> float:
-        return self.heap_base_bytes + self.heap_per_batch_row_bytes * (batch_size or 1024) * regime.memory_scale
-
-
-@dataclass(frozen=True, kw_only=True)
-class SimNodes:
-    """``count`` identical nodes."""
-
-    count: int
-    cpus: float
-    gpus: float = 0.0
-    gpu_type: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class PipelineSpec:
-    """A pipeline (operators in order; the first reads the dataset), its cluster and data."""
-
-    operators: tuple[SimOperator, ...]
-    nodes: tuple[SimNodes, ...]
-    total_rows: int
-    input_bytes_per_row: float = 1e5
-    memory_limit_bytes: int | None = None
-    queue_limit_rows: float = 5_000.0
-    rows_per_block: int = 100
-    noise: float = 0.05
-    """Relative standard deviation of a replica's speed from one step to the next."""
-    spike_prob: float = 0.02
-    """Chance per operator per step of a burst (continuous batching) of 1.5-2.5x speed."""
-
-    def __post_init__(self) -> None:
-        if not self.operators:
-            raise ConfigError("operators", self.operators, "at least one SimOperator")
-        if self.total_rows <= 0:
-            raise ConfigError("total_rows", self.total_rows, "an integer > 0")
-        if self.queue_limit_rows <= 0 or self.rows_per_block <= 0:
-            raise ConfigError("queue_limit_rows/rows_per_block", (self.queue_limit_rows, self.rows_per_block),
-                              "numbers > 0")
-        if self.noise < 0 or not 0 <= self.spike_prob <= 1:
-            raise ConfigError("noise/spike_prob", (self.noise, self.spike_prob), "noise >= 0, spike_prob in [0, 1]")
-
-    def cluster_view(self) -> ClusterView:
-        by_type: dict[str, float] = {}
-        cpus_by_type: dict[str, float] = {}
-        for n in self.nodes:
-            if n.gpus > 0:
-                t = n.gpu_type or "gpu"
-                by_type[t] = by_type.get(t, 0.0) + n.count * n.gpus
-                cpus_by_type[t] = cpus_by_type.get(t, 0.0) + n.count * n.cpus
-        return ClusterView(cpus=sum(n.count * n.cpus for n in self.nodes),
-                           gpus=sum(n.count * n.gpus for n in self.nodes),
-                           gpus_by_type=tuple(sorted(by_type.items())),
-                           cpus_by_type=tuple(sorted(cpus_by_type.items())), memory_limit_bytes=self.memory_limit_bytes)
-
-
-@dataclass
-class _Group:
-    """Replicas of one configuration started together."""
-
-    count: int
-    batch_size: int | None
-    num_gpus: float
-    accelerator_type: str | None
-    ready_at_s: float | None  # None while waiting for resources
-    gpu_type: str | None = None
-    retiring: bool = False
-    """Old configuration, retired one for each new replica that is warm."""
-    release_at_s: float | None = None
-    """Set while draining: the replicas finish the batch they hold and go at this time."""
-
-
-@dataclass
-class _OpState:
-    spec: SimOperator
-    groups: list[_Group]
-    queue_rows: float = 0.0
-    rows_in: float = 0.0
-    rows_out: float = 0.0
-    bytes_in: float = 0.0
-    busy_s: float = 0.0
-    failed: int = 0
-    config_replicas: int = 0
-    batch_size: int | None = None
-    num_gpus: float = 0.0
-    accelerator_type: str | None = None
-    backpressured: bool = False
-    completed: bool = False
-    last_rows_out: float = 0.0
-    last_bytes_out: float = 0.0
-    utilisation: float = 0.0
-    """Share of the warm replicas' capacity used in the last step (0-1)."""
-    retired: int = 0
-    """Old replicas retired in the rolling update in progress."""
-    rollout_started_s: float | None = None
-    swap: bool = False
-    """The rolling update in progress swaps old replicas for new ones half the pool at a time."""
-    swap_cap: int = 0
-    """Most replicas while old ones are left in a swap: the smaller of the old and new pools."""
+from trident.types import Decision, OperatorConfig, OperatorSnapshot, Snapshot
 
 
 @dataclass(frozen=True)
@@ -253,7 +73,7 @@ class SimResult:
     timeline: tuple[TimelinePoint, ...] = field(default=())
 
 
-class PipelineSim:
+class PipelineSim(Actuation):
     """Runs one :class:`PipelineSpec` under one policy; see the module docstring."""
 
     def __init__(self, spec: PipelineSpec, *, policy: str | Policy, seed: int = 0, interval_s: float = 1.0,
@@ -281,185 +101,6 @@ class PipelineSim:
                    ready_at_s=None)
         return _OpState(spec=o, groups=[g], config_replicas=o.replicas, batch_size=o.batch_size, num_gpus=o.num_gpus,
                         accelerator_type=o.accelerator_type)
-
-    # --- resources -------------------------------------------------------------------
-
-    def _free(self) -> tuple[float, dict[str, float]]:
-        cpus = sum(n.count * n.cpus for n in self.spec.nodes)
-        gpus: dict[str, float] = {}
-        for n in self.spec.nodes:
-            if n.gpus > 0:
-                gpus[n.gpu_type or "gpu"] = gpus.get(n.gpu_type or "gpu", 0.0) + n.count * n.gpus
-        for st in self.ops:
-            for g in st.groups:
-                if g.ready_at_s is not None:
-                    cpus -= g.count * st.spec.num_cpus
-                    if g.num_gpus > 0:
-                        gpus[g.gpu_type] -= g.count * g.num_gpus
-        return cpus, gpus
-
-    def _start_pending(self) -> None:
-        """Start waiting groups, in order, while the cluster has room (partially when it has some)."""
-        cpus, gpus = self._free()
-        for st in self.ops:
-            for g in list(st.groups):
-                if g.ready_at_s is not None or g.count == 0:
-                    continue
-                types = [g.accelerator_type] if g.accelerator_type else sorted(gpus, key=lambda t: -gpus[t])
-                for t in types if g.num_gpus > 0 else [None]:
-                    fit = g.count
-                    if st.spec.num_cpus > 0:
-                        fit = min(fit, int(cpus // st.spec.num_cpus + 1e-9))
-                    if g.num_gpus > 0:
-                        fit = min(fit, int(gpus.get(t, 0.0) // g.num_gpus + 1e-9))
-                    if fit <= 0:
-                        continue
-                    cold = 0.0 if st.spec.kind == "task" else st.spec.cold_start_s
-                    started = _Group(count=fit, batch_size=g.batch_size, num_gpus=g.num_gpus,
-                                     accelerator_type=g.accelerator_type, ready_at_s=self.time_s + cold, gpu_type=t)
-                    st.groups.insert(st.groups.index(g), started)
-                    g.count -= fit
-                    cpus -= fit * st.spec.num_cpus
-                    if t is not None:
-                        gpus[t] -= fit * g.num_gpus
-                    if g.count == 0:
-                        break
-            st.groups = [g for g in st.groups if g.count > 0]
-
-    # --- plan application ------------------------------------------------------------
-
-    def _apply(self, target: OperatorTarget) -> None:
-        st = next((s for s in self.ops if s.spec.name == target.name), None)
-        if st is None:
-            return
-        new_batch = target.batch_size if target.batch_size is not None else st.batch_size
-        new_gpus = target.num_gpus if target.num_gpus is not None else st.num_gpus
-        new_type = target.accelerator_type if target.accelerator_type is not None else st.accelerator_type
-        n = st.config_replicas if target.replicas is None else target.replicas
-        lo, hi = st.spec.min_replicas, st.spec.max_replicas
-        n = max(lo, n if hi is None else min(hi, n))
-        changed_cfg = (new_batch, new_gpus, new_type) != (st.batch_size, st.num_gpus, st.accelerator_type)
-        if changed_cfg and st.spec.kind == "actor":
-            for g in st.groups:
-                if not self._is_warm(g):
-                    g.count = 0  # pending replicas would come up with the old configuration
-                g.retiring = True
-            st.groups = [g for g in st.groups if g.count > 0]
-            st.retired, st.rollout_started_s, st.swap = 0, self.time_s, target.swap
-            st.swap_cap = min(n, sum(g.count for g in st.groups))
-        elif changed_cfg:  # tasks pick up a new configuration with their next task
-            for g in st.groups:
-                g.batch_size, g.num_gpus, g.accelerator_type = new_batch, new_gpus, new_type
-                if g.ready_at_s is not None and g.num_gpus > 0 and new_type and g.gpu_type != new_type:
-                    g.ready_at_s, g.gpu_type = None, None
-        if changed_cfg or n != st.config_replicas:
-            self.reconfigurations += 1
-        st.batch_size, st.num_gpus, st.accelerator_type = new_batch, new_gpus, new_type
-        live = sum(g.count for g in st.groups if not g.retiring and g.release_at_s is None)
-        for g in st.groups:  # a rising target puts drained replicas back to work first
-            if n > live and g.release_at_s is not None and not g.retiring:
-                back = min(n - live, g.count)
-                if back < g.count:
-                    st.groups.append(replace(g, count=g.count - back))
-                g.count, g.release_at_s = back, None
-                live += back
-        if st.swap:  # new replicas start where old ones leave (:meth:`_swap`)
-            live = n
-        if n > live:
-            st.groups.append(_Group(count=n - live, batch_size=new_batch, num_gpus=new_gpus,
-                                    accelerator_type=new_type, ready_at_s=None))
-        elif n < live and not st.swap:
-            self._remove(st, live - n)
-        st.config_replicas = n
-        self._start_pending()
-
-    def _remove(self, st: _OpState, k: int) -> None:
-        """Scale down by ``k``: pending replicas are cancelled first (the newest first), then warm
-        ones are drained: they finish the batch they hold and go (:meth:`_drain`)."""
-        order = sorted((g for g in st.groups if not g.retiring and g.release_at_s is None),
-                       key=lambda g: (self._is_warm(g), -(g.ready_at_s or 0.0)))
-        for g in order:
-            take = min(k, g.count)
-            if self._is_warm(g):
-                self._drain(st, g, take)
-            else:
-                g.count -= take
-            k -= take
-            if k == 0:
-                break
-        st.groups = [g for g in st.groups if g.count > 0]
-
-    def _is_warm(self, g: _Group) -> bool:
-        return g.ready_at_s is not None and g.ready_at_s <= self.time_s
-
-    def _drain(self, st: _OpState, g: _Group, k: int) -> None:
-        """``k`` warm replicas of ``g`` stop getting work and go once their batch is done."""
-        if k <= 0:
-            return
-        dev = st.spec.device(g.gpu_type or g.accelerator_type, g.num_gpus)
-        rate = st.spec.rate_rows_per_s(dev, g.batch_size, self._regime(self.ops.index(st), st))
-        batch_s = (g.batch_size or 1) / rate if rate > 0 else 0.0
-        g.count -= k
-        st.groups.append(_Group(count=k, batch_size=g.batch_size, num_gpus=g.num_gpus,
-                                accelerator_type=g.accelerator_type, ready_at_s=g.ready_at_s, gpu_type=g.gpu_type,
-                                retiring=g.retiring, release_at_s=self.time_s + batch_s))
-
-    def _finish_rollouts(self) -> None:
-        """Release drained replicas whose batch is done; in a rolling update retire one old
-        replica for each new one that is warm, and one to make room when no new replica has
-        started for ``PENDING_GUARD_S`` (as the shim's :class:`~trident.ray_data.rollout.Rollout`)."""
-        for st in self.ops:
-            st.groups = [g for g in st.groups if g.release_at_s is None or g.release_at_s > self.time_s]
-            old = [g for g in st.groups if g.retiring and g.release_at_s is None]
-            if st.swap:
-                self._swap(st, old)
-                continue
-            if not old:
-                st.rollout_started_s = None
-                continue
-            warm_new = sum(g.count for g in st.groups if not g.retiring and self._is_warm(g)
-                           and g.release_at_s is None)
-            k = max(0, warm_new - st.retired)
-            started = any(not g.retiring and g.ready_at_s is not None for g in st.groups)
-            if k == 0 and not started and self.time_s - (st.rollout_started_s or self.time_s) > PENDING_GUARD_S:
-                st.swap, st.swap_cap = True, min(st.config_replicas, sum(g.count for g in st.groups if g.retiring))
-                self._swap(st, old)
-                continue
-            self._retire(st, old, k)
-
-    def _retire(self, st: _OpState, old: list[_Group], k: int) -> None:
-        """Drain ``k`` old replicas of a rolling update."""
-        for g in old:
-            take = min(k, g.count)
-            self._drain(st, g, take)
-            st.retired += take
-            k -= take
-        st.groups = [g for g in st.groups if g.count > 0]
-
-    def _swap(self, st: _OpState, old: list[_Group]) -> None:
-        """A swap (as the shim's): old replicas drain half the pool at a time
-        (:func:`~trident.plan.rollout.swap_window`), counting new ones still starting; new ones
-        start in the room the old ones leave, old and new together never more than ``swap_cap``
-        until the last old one is gone."""
-        n = st.config_replicas
-        alive_old = sum(g.count for g in st.groups if g.retiring)
-        new = sum(g.count for g in st.groups if not g.retiring)
-        most = min(n, st.swap_cap) if alive_old else n
-        excess = new - max(most - alive_old, 0)
-        for g in st.groups:  # new replicas still waiting beyond the room: cancelled
-            if excess > 0 and not g.retiring and g.ready_at_s is None:
-                take = min(excess, g.count)
-                g.count -= take
-                excess -= take
-        new = sum(g.count for g in st.groups if not g.retiring)
-        if new < most - alive_old:
-            st.groups.append(_Group(count=most - alive_old - new, batch_size=st.batch_size, num_gpus=st.num_gpus,
-                                    accelerator_type=st.accelerator_type, ready_at_s=None))
-        starting = sum(g.count for g in st.groups if not g.retiring and not self._is_warm(g))
-        draining = sum(g.count for g in st.groups if g.retiring and g.release_at_s is not None)
-        self._retire(st, old, max(0, swap_window(n, alive_old) - draining - starting))
-        if not any(g.retiring for g in st.groups):
-            st.swap, st.rollout_started_s = False, None
 
     # --- the fluid step --------------------------------------------------------------
 
