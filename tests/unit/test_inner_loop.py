@@ -1,5 +1,6 @@
 """The inner loop against Ray Data's own rule, within bounds, memory and room; the obstacle a
 stuck target names (CPUs of actors and task operators, GPUs)."""
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -180,3 +181,15 @@ def test_exploration_pins_one_pool_at_a_time_where_all_its_replicas_fit():
     one_type = Snapshot(execution_id="e", seq=1, time_s=1.0, operators=snap(2, 2).operators,
                         cluster=ClusterView(cpus=16, gpus=4, gpus_by_type=(("A", 4.0),)))
     assert next_pins(one_type, list(one_type.operators), obs.tracks, windows=1) == []
+
+
+def test_actors_pending_although_the_totals_fit_cap_task_operators_but_never_the_sink():
+    """The cluster's totals have room, a node does not: the CPUs task operators hold are what
+    trident can free; a Write sink is left alone."""
+    pool = replace(_actor("a", 1, replicas=4, in_flight=4, queued=50), actors_running=2, actors_pending=2)
+    snap = _snap(_task("read", 0, running=4), pool, _task("Write", 2, running=3), cpus=16.0)
+    step = RolloutStep(operator="a", action="scale_up", replicas_from=2, replicas_to=4,
+                       target=OperatorTarget(name="a", replicas=4), phase=0, reason="test")
+    stuck = obstacle(snap, snap.operator("a"), step, room_of(snap, {"a": 4}, {}, None))
+    assert "pending although the plan fits the cluster's totals" in stuck.obstacle and stuck.short
+    assert stuck.task_caps == (OperatorTarget(name="read", replicas=2),)

@@ -354,10 +354,10 @@ def test_batch_size_search_leaves_the_first_batch_without_breaking_the_memory_li
     tunes = [d for d in _plans(res) if d.kind == "tune"]
     assert tunes, [d.reason for d in _plans(res)]
     # a larger batch cannot be certified for all 8 replicas from one batch: the first trial runs fewer,
-    # swapped half the pool at a time where its GPUs leave no room for new replicas beside the old ones
+    # swapped, the whole pool at once, where its GPUs leave no room for new replicas beside the old ones
     first = tunes[0]
-    assert "replica(s)" in first.reason and "swapped half the pool at a time" in first.reason
-    assert all(t.swap for t in first.plan.targets if t.batch_size is not None)
+    assert "replica(s)" in first.reason and "swapped all at once" in first.reason
+    assert all(t.swap and t.swap_all for t in first.plan.targets if t.batch_size is not None)
     batches = [t.batch_size for d in _plans(res) for t in d.plan.targets if t.batch_size is not None]
     assert batches and batches[-1] > 8, [d.reason for d in tunes]
     assert res.throughput_rows_per_s >= 1.1 * ray.throughput_rows_per_s, (res.throughput_rows_per_s,
@@ -479,3 +479,19 @@ def test_a_replan_never_holds_a_pool_below_what_it_had_before_the_step():
                              before=2), snap, 30.0, [])
     assert d.kind == "replan" and [(t.name, t.replicas) for t in d.plan.targets] == [("ocr", 2)]
     assert policy.ceilings["ocr"][0].hi == 2 and "stays at 1 of 6" in d.reason
+
+
+def test_a_plan_moving_pools_to_another_type_holds_task_operators_at_their_running_tasks():
+    """The moved pools' new actors start in the room old actors leave on a node: new tasks must
+    not take its CPUs first (they kept actors pending for 20 s on the two-types scenario)."""
+    policy = TridentPolicy()
+    for k in range(60):
+        snap = _typed_snapshot(k)
+        read = replace(snap.operators[0], tasks_running=3, config=replace(snap.operators[0].config, num_cpus=1.0))
+        d = policy.step(replace(snap, operators=(read,) + snap.operators[1:]), snap.time_s)
+        moves = [t for t in (d.plan.targets if d.plan else ()) if t.accelerator_type is not None]
+        if moves:
+            assert any(t.name == "read" and t.replicas == 3 for t in d.plan.targets), d.plan.targets
+            assert "held at their running tasks" in d.reason
+            return
+    pytest.fail("no plan moved a pool to another type")

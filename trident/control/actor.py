@@ -25,11 +25,22 @@ class Controller:
     def __init__(self, *, policy: Any, context: PolicyContext) -> None:
         self.reset(policy=policy, context=context)
 
+    def _warm(self, policy: Any) -> None:
+        """Import the batch-size search's GP stack in the background once per controller process,
+        for the policy that uses it, so its first trial is not late by the import."""
+        if getattr(self, "_warmed", False) or getattr(policy, "name", policy) != "trident":
+            return
+        from trident.optimize.safe_bo import warm_up
+
+        self._warmed = True
+        threading.Thread(target=warm_up, name="trident-warm-up", daemon=True).start()
+
     def reset(self, *, policy: Any, context: PolicyContext) -> None:
         """Start over for a new run (an idle controller actor is reused rather than restarted)."""
         self.policy = policy
         self.context = context
         self.loops: dict[str, ControlLoop] = {}
+        self._warm(policy)
         if not hasattr(self, "metrics"):  # one set of series per controller process, kept across runs
             from trident.control.metrics import ControllerMetrics
 

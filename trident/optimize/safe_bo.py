@@ -279,6 +279,16 @@ class SafeBayesOpt:
         return Suggestion(chosen, f"converged: {why}; keep the best safe configuration", converged=True)
 
 
+def warm_up() -> None:
+    """Import the GP stack (torch, gpytorch, botorch) ahead of the first suggestion: seconds of
+    CPU on a small machine (about 4 s here, 16 s under a running pipeline, which delayed the
+    first batch-size trial by as much). Safe to call from a background thread."""
+    import botorch.acquisition.analytic  # noqa: F401
+    import botorch.fit  # noqa: F401
+    import botorch.models  # noqa: F401
+    import gpytorch  # noqa: F401
+
+
 def _fit_gp(x: np.ndarray, y: np.ndarray, *, linear_mean: bool, shared_dims: int = 0):
     """A fitted ``SingleTaskGP``; with ``shared_dims`` its kernel is a sum of one over the first
     ``shared_dims`` inputs (a trend shared across the rest, e.g. device types) and one over all."""

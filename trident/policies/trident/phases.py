@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from trident.plan.rollout import RolloutStep
+from trident.policies.trident.estimates import is_sink
 from trident.policies.trident.inner import Room, room_of
 from trident.types import OperatorSnapshot, OperatorTarget, Snapshot
 
@@ -150,23 +151,44 @@ def _obstacle(snap: Snapshot, o: OperatorSnapshot, st: RolloutStep, room: Room) 
         kind = f" of type {c.accelerator_type}" if c.accelerator_type else ""
         return Stuck(o.name, reached, st.replicas_to, f"the cluster has {-gpus:.2g} GPUs{kind} too few for the plan")
     if room.cpus < -1e-9:
-        short = -room.cpus
-        tasks = sorted((t for t in snap.operators if t.config.kind == "task" and t.tasks_running > 1 and not t.completed),
-                       key=lambda t: -t.tasks_running * t.config.num_cpus)
-        caps, freed = [], 0.0
-        for t in tasks:
-            if freed >= short:
-                break
-            give = min(t.tasks_running - 1, int(-(-(short - freed) // max(t.config.num_cpus, 1e-9))))
-            if give > 0:
-                caps.append(OperatorTarget(name=t.name, replicas=t.tasks_running - give))
-                freed += give * t.config.num_cpus
-        held = ", ".join(f"{t.name} ({t.tasks_running} tasks)" for t in tasks) or "the other pools"
-        return Stuck(o.name, reached, st.replicas_to, f"{short:.2g} CPUs short: held by {held}", tuple(caps))
+        caps, held = task_caps(snap, -room.cpus)
+        return Stuck(o.name, reached, st.replicas_to, f"{-room.cpus:.2g} CPUs short: held by {held}", caps)
     if room.memory_bytes < 0:
         return Stuck(o.name, reached, st.replicas_to, "the memory limit leaves no room for another replica")
     if o.actors_pending == 0:
         return Stuck(o.name, reached, st.replicas_to,
                      "no actor was started: Ray Data's per-operator budget or the pool's max_size held it back")
+    caps, held = task_caps(snap, o.actors_pending * c.num_cpus)
+    if caps:  # the totals fit, a node does not: task operators' CPUs are the part trident can move
+        return Stuck(o.name, reached, st.replicas_to, f"{o.actors_pending} actor(s) still pending although the "
+                     f"plan fits the cluster's totals: the CPUs of the nodes they need are taken, by {held}", caps)
     return Stuck(o.name, reached, st.replicas_to, f"{o.actors_pending} actor(s) still pending although the plan "
                  "fits the cluster: no single node has room for them, or they fail to start", short=False)
+
+
+def _tasks(snap: Snapshot) -> list[OperatorSnapshot]:
+    """Running task operators that hold CPUs, a Write sink left out (its tasks are short and
+    capping it would throttle the output)."""
+    return [t for t in snap.operators if t.config.kind == "task" and not t.completed and t.config.num_cpus > 0
+            and not is_sink(t)]
+
+
+def task_caps(snap: Snapshot, cpus: float) -> tuple[tuple[OperatorTarget, ...], str]:
+    """Caps on running task operators (the busiest first, each keeping one task) that free
+    ``cpus`` CPUs, and who holds them (for the reason)."""
+    tasks = sorted((t for t in _tasks(snap) if t.tasks_running > 1), key=lambda t: -t.tasks_running * t.config.num_cpus)
+    caps, freed = [], 0.0
+    for t in tasks:
+        if freed >= cpus:
+            break
+        give = min(t.tasks_running - 1, math.ceil((cpus - freed) / t.config.num_cpus))
+        if give > 0:
+            caps.append(OperatorTarget(name=t.name, replicas=t.tasks_running - give))
+            freed += give * t.config.num_cpus
+    return tuple(caps), ", ".join(f"{t.name} ({t.tasks_running} tasks)" for t in tasks) or "the other pools"
+
+
+def hold_tasks(snap: Snapshot) -> tuple[OperatorTarget, ...]:
+    """Caps holding each running task operator at its running tasks: while GPU actors start in
+    room other actors leave, new tasks must not take the CPUs of that room."""
+    return tuple(OperatorTarget(name=t.name, replicas=max(t.tasks_running, 1)) for t in _tasks(snap))

@@ -29,7 +29,7 @@ from trident.plan.milp import solve_placement
 from trident.plan.rollout import PHASE_UP, RolloutInputs, RolloutStep, plan_rollout
 from trident.policies.trident import estimates, explore, problem, tuner
 from trident.policies.trident.inner import inner_targets
-from trident.policies.trident.phases import Phases, Stuck
+from trident.policies.trident.phases import Phases, Stuck, hold_tasks
 from trident.policies.trident.records import Assumed, Bounds, key_of
 from trident.policies.trident.settings import TridentSettings
 from trident.policies.trident.tracking import Observer
@@ -180,18 +180,20 @@ class TridentPolicy:
         steps = "; ".join(st.reason for st in rollout.steps)
         reason = (f"plan: {result.reason}; {rollout.reason}; from {rates}; steps: {steps} | now: "
                   + "; ".join(st.reason for st in phase))
-        decision = self._issue(tuple(st.target for st in phase), reason, now, notes, kind="plan")
+        caps, held = self._hold_tasks(snap) if _moves(rollout.steps) else ((), "")
+        decision = self._issue(tuple(st.target for st in phase) + caps, reason + held, now, notes, kind="plan")
         self.phases.plan_seq = self.plan_seq
         return decision
 
     def _trial(self, trial: tuner.Trial, snap: Snapshot, now: float, notes: list[str]) -> Decision:
         """Roll out a batch-size trial: new replicas first where they fit beside the old ones,
-        else a swap (old replicas replaced half the pool at a time, never more at once than the
-        smaller of the old pool and the trial's)."""
+        else a swap of the whole pool at once (the trial's pool is the bottleneck: its capacity
+        lost is the same as half at a time, its new batch is measured a cold start sooner), never
+        more replicas than the smaller of the old pool and the trial's."""
         t, swap = trial.target, trial.swap
         if swap:
-            t = replace(t, swap=True)
-        how = "swapped half the pool at a time" if swap else "new first"
+            t = replace(t, swap=True, swap_all=True)
+        how = "swapped all at once" if swap else "new first"
         phases = [(RolloutStep(operator=t.name, action="update", replicas_from=trial.replicas_from,
                                replicas_to=t.replicas, target=t, phase=PHASE_UP,
                                reason=f"rolling update of {t.name} to batch_size {t.batch_size} on {t.replicas} "
@@ -199,17 +201,22 @@ class TridentPolicy:
         self.bounds[t.name] = Bounds(lo=t.replicas, hi=t.replicas, why="the batch-size trial")
         phase = self.phases.start(phases, now)
         reason = f"{trial.reason} | now: " + "; ".join(st.reason for st in phase)
-        caps = ()
-        if swap:  # the CPUs old replicas leave wait for the new ones
-            caps = tuple(OperatorTarget(name=o.name, replicas=max(o.tasks_running, 1)) for o in snap.operators
-                         if o.config.kind == "task" and not o.completed and o.config.num_cpus > 0
-                         and not estimates.is_sink(o))
-            if caps:
-                reason += "; task operators held at their running tasks (" + ", ".join(
-                    f"{c.name} <= {c.replicas}" for c in caps) + ") so that the CPUs old replicas leave wait for the new ones"
-        decision = self._issue(tuple(st.target for st in phase) + caps, reason, now, notes, kind="tune")
+        caps, held = self._hold_tasks(snap) if swap else ((), "")
+        decision = self._issue(tuple(st.target for st in phase) + caps, reason + held, now, notes, kind="tune")
         self.phases.plan_seq = self.plan_seq
         return decision
+
+    @staticmethod
+    def _hold_tasks(snap: Snapshot) -> tuple[tuple[OperatorTarget, ...], str]:
+        """Task operators held at their running tasks while actors start in the room old ones
+        leave (Ray gives a freed CPU to whichever request comes first: task operators' new tasks
+        kept a type move's actors pending for 20 s on the two-types scenario); the caps and
+        the words for the reason."""
+        caps = hold_tasks(snap)
+        if not caps:
+            return (), ""
+        return caps, ("; task operators held at their running tasks (" + ", ".join(
+            f"{c.name} <= {c.replicas}" for c in caps) + ") so that the CPUs old replicas leave wait for the new ones")
 
     def _explore(self, snap: Snapshot, ops, prob, now: float, notes: list[str]) -> Decision | None:
         """Pin GPU pools to accelerator types they were not measured on (see :mod:`.explore`),
@@ -226,7 +233,8 @@ class TridentPolicy:
                                              remaining_rows=None, cold_start_s={}, utilisation={}))
         phase = self.phases.start(rollout.phases(), now)
         reason = "; ".join(why for _, why in pins) + " | now: " + "; ".join(st.reason for st in phase)
-        decision = self._issue(tuple(st.target for st in phase), reason, now, notes, kind="plan")
+        caps, held = self._hold_tasks(snap) if _moves(rollout.steps) else ((), "")
+        decision = self._issue(tuple(st.target for st in phase) + caps, reason + held, now, notes, kind="plan")
         self.phases.plan_seq = self.plan_seq
         return decision
 
@@ -357,3 +365,9 @@ class TridentPolicy:
         slowest cold start observed when that is longer (a change must pay for itself)."""
         cold = max((tr.cold_start_s for tr in self.tracks.values() if tr.cold_start_s is not None), default=0.0)
         return max(self.settings.min_dwell_s, self.settings.dwell_cold_starts * cold)
+
+
+def _moves(steps) -> bool:
+    """Whether a rollout starts actors in the room old ones leave on a node: a move to another
+    accelerator type, or a swap."""
+    return any(st.target.accelerator_type is not None or st.target.swap for st in steps)
