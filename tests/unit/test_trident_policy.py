@@ -495,3 +495,36 @@ def test_a_plan_moving_pools_to_another_type_holds_task_operators_at_their_runni
             assert "held at their running tasks" in d.reason
             return
     pytest.fail("no plan moved a pool to another type")
+
+
+def test_a_reconfiguration_is_measured_only_once_its_own_tasks_finish():
+    """After a rolling update to batch 64 the old actors' work (batch 32) and the shim's last
+    heap reading (a batch-32 task's) must not count as batch 64's: a plan that took batch 32's
+    heap for batch 64 grew the pool past the memory limit."""
+    import numpy as np
+
+    from trident.policies.trident.records import key_of
+    from trident.policies.trident.tracking import Observer
+
+    MiB = 2**20
+    observer = Observer(settings=TridentSettings(), rng=np.random.default_rng(0), seed=0)
+
+    def op(t, *, batch, heap, tasks, old=0):
+        return OperatorSnapshot(
+            name="embed", index=1, rows_out_total=tasks * 32, rows_in_total=tasks * 32, tasks_finished=tasks,
+            busy_s=4.0 * t, tasks_running=4, actors_running=4, old_actors=old, input_queue_blocks=50,
+            heap_rss_per_replica_bytes=heap * MiB,
+            config=OperatorConfig(kind="actor", replicas=4, min_replicas=1, max_replicas=8, num_gpus=0.5,
+                                  batch_size=batch))
+
+    for k in range(20):  # batch 32, 579 MiB per replica, a task a second
+        observer.observe(op(k, batch=32, heap=579, tasks=k), float(k))
+    tr = observer.tracks["embed"]
+    new = key_of(op(0, batch=64, heap=0, tasks=0).config)
+    # the update: old actors finish batch-32 tasks, then new ones start; the heap reading is batch 32's
+    for k in range(20, 26):
+        observer.observe(op(k, batch=64, heap=579, tasks=min(k, 22), old=4 if k < 23 else 0), float(k))
+        assert new not in tr.heap and estimates.busy_rate(tr, new, 0.1) is None and not tr.measured(new)
+    assert tr.settling_at is not None
+    observer.observe(op(26, batch=64, heap=899, tasks=23), 26.0)  # a batch-64 task finished
+    assert tr.settling_at is None and tr.heap[new] == 899 * MiB

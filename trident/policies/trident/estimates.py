@@ -21,7 +21,7 @@ def is_sink(op: OperatorSnapshot) -> bool:
 def busy_rate(tr: OperatorTrack, key: ConfigKey, min_busy_s: float) -> float | None:
     """Output rows per busy replica-second of ``key`` since the regime began (from the first
     finished tasks on), or ``None`` with less than ``min_busy_s`` of busy time."""
-    snaps = [o for t, o in tr.snaps if t >= tr.regime_start_s and key_of(o.config) == key and o.busy_s is not None]
+    snaps = [o for t, o in tr.snaps if t >= tr.since_s(key) and key_of(o.config) == key and o.busy_s is not None]
     if len(snaps) < 2:
         return None
     first, last = snaps[0], snaps[-1]
@@ -42,7 +42,7 @@ def typed_rates(tr: OperatorTrack, key: ConfigKey, min_busy_s: float) -> dict[st
     """Output rows per busy replica-second of an unpinned pool on each accelerator type its
     actors ran on since the regime began (:attr:`OperatorSnapshot.by_type`): its finished tasks
     there times its rows per task, over its busy time there."""
-    snaps = [o for t, o in tr.snaps if t >= tr.regime_start_s and key_of(o.config) == key and o.by_type]
+    snaps = [o for t, o in tr.snaps if t >= tr.since_s(key) and key_of(o.config) == key and o.by_type]
     if len(snaps) < 2:
         return {}
     first, last = snaps[0], snaps[-1]

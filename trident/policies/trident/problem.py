@@ -82,7 +82,7 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
         tr = tracks[o.name]
         key = key_of(o.config)
         rate_out, source = estimates.rate(tr, o, key, settings)
-        if rate_out is None and not starved(tr):
+        if (rate_out is None or tr.settling_at is not None) and not starved(tr):
             return Planning(None, rates, f"observing: no finished task of {o.name} in its current configuration yet")
         replicas = o.config.replicas if o.config.replicas is not None else max(o.tasks_running, 1)
         device = CPU if o.config.num_gpus <= 0 else (o.config.accelerator_type if per_type else ANY_GPU)

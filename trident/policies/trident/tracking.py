@@ -60,9 +60,20 @@ class OperatorTrack:
     shifting: list[tuple[float, float]] = field(default_factory=list)
     """(time_s, rows/s) of consecutive windows off the median."""
     stall: Stall | None = None
+    settling_at: int | None = None
+    """While a reconfiguration settles: the operator's finished tasks (rows out, where tasks are
+    not counted) when it last had old actors; ``None`` once a task of the new configuration
+    has finished after them."""
+    measured_from_s: dict[ConfigKey, float] = field(default_factory=dict)
+    """When each configuration's measurements began (after its reconfiguration settled)."""
 
     def measured(self, key: ConfigKey, last: int = 8) -> list[float]:
         return [r.rows_per_s for r in self.rates if r.key == key][-last:]
+
+    def since_s(self, key: ConfigKey) -> float:
+        """Snapshots from this time on measure ``key``: the regime's, from the settling of its
+        reconfiguration on."""
+        return max(self.regime_start_s, self.measured_from_s.get(key, self.regime_start_s))
 
 
 class Observer:
@@ -106,6 +117,7 @@ class Observer:
         if key != tr.key:
             if tr.key is not None:  # our own reconfiguration: measurements restart, not a regime change
                 tr.rate_detector.reset()
+                tr.settling_at = _progress(op)
             if key.device not in tr.model.encoder.device_types:  # pinned to a type the model has not seen
                 devices = tuple(sorted(set(tr.model.encoder.device_types) | {key.device}))
                 tr.model = OperatorModel(device_types=devices, window_samples=self.settings.history,
@@ -113,10 +125,14 @@ class Observer:
                 tr.fitted_at_s = None
             tr.key, tr.window = key, None
         self._cold_start(tr, op, t)
-        if op.heap_rss_per_replica_bytes:
+        settled = self._settled(tr, op, key, t)
+        if op.heap_rss_per_replica_bytes and settled:
             notes += self._heap_sample(tr, op, key)
         tr.snaps.append((t, op))
         if op.completed:
+            return notes
+        if not settled:
+            tr.window = None
             return notes
         notes += self._check_stall(tr, op, key, t)
         cur = Counters(t, op.rows_out_total, op.busy_s, op.rows_in_total, op.bytes_in_total)
@@ -159,6 +175,24 @@ class Observer:
             if shift >= self.settings.min_change:
                 notes.append(self.new_regime(tr, ev))
         return notes
+
+    @staticmethod
+    def _settled(tr: OperatorTrack, op: OperatorSnapshot, key: ConfigKey, t: float) -> bool:
+        """Whether ``op``'s counters measure its configuration ``key``: not while old actors of a
+        rolling update still work, nor before a task finished after them. (Until then the rows
+        out and busy time are the old actors', and the shim's heap reading is the last finished
+        task's: a plan that took batch 32's heap for batch 64 grew the pool to 8 replicas at
+        2.5x the memory limit, 46 OOM kills.)"""
+        if op.old_actors > 0:
+            tr.settling_at = _progress(op)
+        if tr.settling_at is None:
+            return True
+        if _progress(op) <= tr.settling_at:
+            tr.measured_from_s[key] = float("inf")
+            return False
+        tr.settling_at = None
+        tr.measured_from_s[key] = t
+        return True
 
     @staticmethod
     def _cold_start(tr: OperatorTrack, op: OperatorSnapshot, t: float) -> None:
@@ -316,3 +350,8 @@ class Observer:
                 tr.needs_fit = not rep.ok
                 notes.append(f"{tr.name}: {filt.reason}; {rep.reason}")
         return notes
+
+
+def _progress(op: OperatorSnapshot) -> int:
+    """Finished tasks, or rows out where tasks are not counted (the fluid simulator)."""
+    return op.tasks_finished or op.rows_out_total
