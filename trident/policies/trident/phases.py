@@ -160,8 +160,11 @@ def _obstacle(snap: Snapshot, o: OperatorSnapshot, st: RolloutStep, room: Room) 
                      "no actor was started: Ray Data's per-operator budget or the pool's max_size held it back")
     caps, held = task_caps(snap, o.actors_pending * c.num_cpus)
     if caps:  # the totals fit, a node does not: task operators' CPUs are the part trident can move
+        # (after the patience of a slow start: at one cold start this capped the reads of a
+        # pool's 7 starting actors on a loaded machine, and the reads became the bottleneck)
         return Stuck(o.name, reached, st.replicas_to, f"{o.actors_pending} actor(s) still pending although the "
-                     f"plan fits the cluster's totals: the CPUs of the nodes they need are taken, by {held}", caps)
+                     f"plan fits the cluster's totals: the CPUs of the nodes they need are taken, by {held}", caps,
+                     short=False)
     return Stuck(o.name, reached, st.replicas_to, f"{o.actors_pending} actor(s) still pending although the plan "
                  "fits the cluster: no single node has room for them, or they fail to start", short=False)
 
