@@ -168,10 +168,6 @@ class OperatorTarget:
     """Roll by replacing old actors half the pool at a time (new ones start where old ones left)
     instead of starting every new actor first: for a change whose new actors do not fit beside
     the old ones (the GPUs or the memory limit are full)."""
-    swap_all: bool = False
-    """With ``swap``: every old actor leaves at once rather than half the pool at a time. For the
-    pipeline's bottleneck the capacity lost is the same (each actor is away for one drain and one
-    cold start either way) and the new configuration is up one cold start sooner."""
 
     def __post_init__(self) -> None:
         if self.replicas is not None and self.replicas < 0:

@@ -98,7 +98,7 @@ def test_pool_targets_are_applied_to_the_contract(case, actuate):
     assert done == case.done, f"once the drained work is done: {done}"
 
 
-def _swap_shim(n: int, *, whole: bool = False) -> list[tuple[int, int, int]]:
+def _swap_shim(n: int) -> list[tuple[int, int, int]]:
     """A swap of ``n`` busy actors on the shim's rolling update: (old serving, new running,
     starting) after each step, drained actors finishing and new ones coming up between steps."""
     from dataclasses import dataclass as _dc
@@ -120,7 +120,7 @@ def _swap_shim(n: int, *, whole: bool = False) -> list[tuple[int, int, int]]:
 
     pool = FakePool({f"old{i}": 2 for i in range(n)})
     pool._pending_actors, pool._config = {}, Cfg()
-    made, state = [], type(next(iter(pool._running_actors.values())))
+    made = []
 
     def scale(req, _orig=pool.scale):
         if req.delta > 0:
@@ -129,7 +129,7 @@ def _swap_shim(n: int, *, whole: bool = False) -> list[tuple[int, int, int]]:
         return _orig(req)
 
     pool.scale = scale
-    roll = Rollout(op=Op(pool), target=OperatorTarget(name="m", replicas=n, swap=True, swap_all=whole), size=n)
+    roll = Rollout(op=Op(pool), target=OperatorTarget(name="m", replicas=n, swap=True), size=n)
     seen = []
     for step in range(40):
         roll.step(float(step))
@@ -140,7 +140,7 @@ def _swap_shim(n: int, *, whole: bool = False) -> list[tuple[int, int, int]]:
             pool._running_actors[a].num_tasks_in_flight = 0
         for _ in range(pool.pending):  # starting actors come up
             made.append(f"new{len(made)}")
-            pool._running_actors[made[-1]] = state(0)
+            pool._running_actors[made[-1]] = type(pool._running_actors[next(iter(pool._running_actors))])(0)
         pool.pending = 0
         if roll.done:
             break
@@ -154,14 +154,7 @@ def test_a_swap_replaces_old_actors_half_the_pool_at_a_time_on_the_shim():
     assert len(seen) <= 16
 
 
-def test_a_whole_pool_swap_replaces_every_old_actor_at_once_on_the_shim():
-    seen, halves = _swap_shim(8, whole=True), _swap_shim(8)
-    assert seen[0][0] == 0  # every old actor drained at the first step
-    assert len(seen) < len(halves)  # one round: done sooner than half the pool at a time
-
-
-def _swap_sim(whole: bool) -> list[int]:
-    """A swap of 8 replicas on the simulator: replicas serving after each half second."""
+def test_a_swap_replaces_old_replicas_half_the_pool_at_a_time_on_the_simulator():
     model = SimOperator(name="model", kind="actor", peak_rows_per_s=(("A", 10.0),), replicas=8, max_replicas=8,
                         num_gpus=1, accelerator_type="A", batch_size=10, cold_start_s=1.0)
     src = SimOperator(name="read", kind="task", peak_rows_per_s=(("cpu", 1e4),), replicas=1)
@@ -171,7 +164,7 @@ def _swap_sim(whole: bool) -> list[int]:
     for _ in range(4):
         sim._advance(0.5)
     st = sim.ops[1]
-    sim._apply(OperatorTarget(name="model", batch_size=20, replicas=8, swap=True, swap_all=whole))
+    sim._apply(OperatorTarget(name="model", batch_size=20, replicas=8, swap=True))
     serving = []
     for _ in range(60):
         sim._advance(0.5)
@@ -180,14 +173,4 @@ def _swap_sim(whole: bool) -> list[int]:
         if not any(g.retiring for g in st.groups) and serving[-1] == 8:
             break
     assert all(g.batch_size == 20 for g in st.groups) and serving[-1] == 8, st.groups
-    return serving
-
-
-def test_a_swap_replaces_old_replicas_half_the_pool_at_a_time_on_the_simulator():
-    serving = _swap_sim(whole=False)
     assert min(serving) >= 8 - 4  # half the pool draining or starting at most
-
-
-def test_a_whole_pool_swap_replaces_every_old_replica_at_once_on_the_simulator():
-    serving = _swap_sim(whole=True)
-    assert min(serving) == 0 and len(serving) < len(_swap_sim(whole=False))

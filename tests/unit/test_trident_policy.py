@@ -354,10 +354,10 @@ def test_batch_size_search_leaves_the_first_batch_without_breaking_the_memory_li
     tunes = [d for d in _plans(res) if d.kind == "tune"]
     assert tunes, [d.reason for d in _plans(res)]
     # a larger batch cannot be certified for all 8 replicas from one batch: the first trial runs fewer,
-    # swapped, the whole pool at once, where its GPUs leave no room for new replicas beside the old ones
+    # swapped half the pool at a time where its GPUs leave no room for new replicas beside the old ones
     first = tunes[0]
-    assert "replica(s)" in first.reason and "swapped all at once" in first.reason
-    assert all(t.swap and t.swap_all for t in first.plan.targets if t.batch_size is not None)
+    assert "replica(s)" in first.reason and "swapped half the pool at a time" in first.reason
+    assert all(t.swap for t in first.plan.targets if t.batch_size is not None)
     batches = [t.batch_size for d in _plans(res) for t in d.plan.targets if t.batch_size is not None]
     assert batches and batches[-1] > 8, [d.reason for d in tunes]
     assert res.throughput_rows_per_s >= 1.1 * ray.throughput_rows_per_s, (res.throughput_rows_per_s,
@@ -479,6 +479,10 @@ def test_a_replan_never_holds_a_pool_below_what_it_had_before_the_step():
                              before=2), snap, 30.0, [])
     assert d.kind == "replan" and [(t.name, t.replicas) for t in d.plan.targets] == [("ocr", 2)]
     assert policy.ceilings["ocr"][0].hi == 2 and "stays at 1 of 6" in d.reason
+    # nor above the step's target: a batch-size trial on 5 of 8 replicas (memory) stuck at 0
+    d = policy._replan(Stuck("ocr", reached=0, wanted=5, obstacle="5 actor(s) still pending", before=8),
+                       snap, 31.0, [])
+    assert [(t.name, t.replicas) for t in d.plan.targets] == [("ocr", 5)]
 
 
 def test_a_plan_moving_pools_to_another_type_holds_task_operators_at_their_running_tasks():

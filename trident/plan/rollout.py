@@ -87,13 +87,13 @@ class RolloutInputs:
             raise ConfigError("remaining_rows", self.remaining_rows, "None or rows >= 0")
 
 
-def swap_window(size: int, old: int, *, whole: bool = False) -> int:
+def swap_window(size: int, old: int) -> int:
     """Actors leaving or starting at once in a swap (a rolling update without room for new
     actors beside the old ones): half the larger of the target size and the old actors left,
-    at least one; all of them when ``whole`` (:attr:`~trident.types.OperatorTarget.swap_all`).
-    Each actor is away for one drain and one cold start whatever the window; a wider one brings
-    the new configuration sooner (a quarter took 60 s for 8 actors on the scenario suite)."""
-    return max(1, max(size, old) if whole else math.ceil(max(size, old) / 2))
+    at least one. Each actor is away for one drain and one cold start whatever the window; a
+    wider one brings the new configuration sooner (a quarter took 60 s for 8 actors on the
+    scenario suite)."""
+    return max(1, math.ceil(max(size, old) / 2))
 
 
 def time_saved_s(current_rows_per_s: float, new_rows_per_s: float, remaining_rows: float | None) -> float:

@@ -240,7 +240,7 @@ class Rollout:
         return notes
 
     def _swap_step(self, notes: list[str]) -> list[str]:
-        """A swap: old actors leave half the pool at a time, or all at once
+        """A swap: old actors leave half the pool at a time
         (:func:`~trident.plan.rollout.swap_window`; fewest tasks in flight first) and new ones
         start in the room they leave, old and new together never more than the smaller of the
         old pool and the new one (``swap_cap``) until the last old actor is gone."""
@@ -253,7 +253,7 @@ class Rollout:
             notes.append(f"started {started} new actor(s)")
         draining = self.old & pool.trident_retiring
         serving = sorted(self.old - pool.trident_retiring, key=lambda a: pool._running_actors[a].num_tasks_in_flight)
-        window = swap_window(self.size, len(self.old), whole=self.target.swap_all)
+        window = swap_window(self.size, len(self.old))
         for actor in serving[:max(0, window - len(draining) - pool.num_pending_actors())]:
             stop_scheduling(pool, actor)
             self.retired += 1

@@ -50,10 +50,7 @@ class _OpState:
     """Old replicas retired in the rolling update in progress."""
     rollout_started_s: float | None = None
     swap: bool = False
-    """The rolling update in progress swaps old replicas for new ones (half the pool at a time
-    unless ``swap_all``)."""
-    swap_all: bool = False
-    """The swap replaces every old replica at once (:attr:`~trident.types.OperatorTarget.swap_all`)."""
+    """The rolling update in progress swaps old replicas for new ones half the pool at a time."""
     swap_cap: int = 0
     """Most replicas while old ones are left in a swap: the smaller of the old and new pools."""
 
@@ -125,7 +122,7 @@ class Actuation:
                     g.count = 0  # pending replicas would come up with the old configuration
                 g.retiring = True
             st.groups = [g for g in st.groups if g.count > 0]
-            st.retired, st.rollout_started_s, st.swap, st.swap_all = 0, self.time_s, target.swap, target.swap_all
+            st.retired, st.rollout_started_s, st.swap = 0, self.time_s, target.swap
             st.swap_cap = min(n, sum(g.count for g in st.groups))
         elif changed_cfg:  # tasks pick up a new configuration with their next task
             for g in st.groups:
@@ -217,7 +214,7 @@ class Actuation:
         st.groups = [g for g in st.groups if g.count > 0]
 
     def _swap(self, st: _OpState, old: list[_Group]) -> None:
-        """A swap (as the shim's): old replicas drain half the pool at a time, or all at once
+        """A swap (as the shim's): old replicas drain half the pool at a time
         (:func:`~trident.plan.rollout.swap_window`), counting new ones still starting; new ones
         start in the room the old ones leave, old and new together never more than ``swap_cap``
         until the last old one is gone."""
@@ -237,6 +234,6 @@ class Actuation:
                                     accelerator_type=st.accelerator_type, ready_at_s=None))
         starting = sum(g.count for g in st.groups if not g.retiring and not self._is_warm(g))
         draining = sum(g.count for g in st.groups if g.retiring and g.release_at_s is not None)
-        self._retire(st, old, max(0, swap_window(n, alive_old, whole=st.swap_all) - draining - starting))
+        self._retire(st, old, max(0, swap_window(n, alive_old) - draining - starting))
         if not any(g.retiring for g in st.groups):
             st.swap, st.rollout_started_s = False, None

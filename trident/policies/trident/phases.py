@@ -50,7 +50,8 @@ class Stuck:
     drain: bool = False
     """A drain still waiting on busy actors: the next phase goes ahead, nothing is re-planned."""
     before: int = 0
-    """The pool's replicas before the step (a re-plan never holds it below them)."""
+    """The pool's replicas before the step (a re-plan never holds it below them, nor above the
+    step's target)."""
 
 
 @dataclass

@@ -187,13 +187,12 @@ class TridentPolicy:
 
     def _trial(self, trial: tuner.Trial, snap: Snapshot, now: float, notes: list[str]) -> Decision:
         """Roll out a batch-size trial: new replicas first where they fit beside the old ones,
-        else a swap of the whole pool at once (the trial's pool is the bottleneck: its capacity
-        lost is the same as half at a time, its new batch is measured a cold start sooner), never
-        more replicas than the smaller of the old pool and the trial's."""
+        else a swap (old replicas replaced half the pool at a time, never more at once than the
+        smaller of the old pool and the trial's)."""
         t, swap = trial.target, trial.swap
         if swap:
-            t = replace(t, swap=True, swap_all=True)
-        how = "swapped all at once" if swap else "new first"
+            t = replace(t, swap=True)
+        how = "swapped half the pool at a time" if swap else "new first"
         phases = [(RolloutStep(operator=t.name, action="update", replicas_from=trial.replicas_from,
                                replicas_to=t.replicas, target=t, phase=PHASE_UP,
                                reason=f"rolling update of {t.name} to batch_size {t.batch_size} on {t.replicas} "
@@ -320,8 +319,9 @@ class TridentPolicy:
                                now, notes, kind="replan")
         # held at what it reached, never below what it had before the step (actors of its own
         # still starting are not the obstacle; holding a bottleneck below them cost 37 s at one
-        # replica on the regime-shift scenario)
-        hold = max(stuck.reached, stuck.before, 1)
+        # replica on the regime-shift scenario) unless the step shrank it: a batch-size trial
+        # on fewer replicas (held at the old 8 at batch 64, the pool broke the memory limit)
+        hold = max(stuck.reached, min(stuck.before, stuck.wanted), 1)
         self.ceilings[stuck.operator] = (Bounds(lo=0, hi=hold, why=stuck.obstacle), now)
         b = self.bounds.get(stuck.operator)
         if b is not None and b.lo > hold:

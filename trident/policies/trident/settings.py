@@ -71,7 +71,7 @@ class TridentSettings:
     """Remaining work (seconds at the current rate) below which no batch size is tried."""
     bo_swap: bool = True
     """Try a batch size also when the pool's GPUs or the memory limit leave no room for new
-    replicas beside the old ones, by swapping old replicas for new ones, the whole pool at once
+    replicas beside the old ones, by swapping old replicas for new ones half the pool at a time
     (task operators held at their running tasks meanwhile, so that the CPUs the old replicas
     leave wait for the new ones). Off: such a batch is not tried."""
     min_change: float = 0.10

@@ -9,9 +9,8 @@ so each measured batch is an observation at every replica count; the optimiser's
 batch sizes, and once it converges (or its trials are spent) the pool moves to the best measured
 batch at the most replicas it allows. The rolling update starts new replicas before old ones go; when the pool's
 GPUs or the memory limit leave no room for that surge, it swaps them (:class:`Trial` ``swap``;
-``bo_swap``): the old replicas leave (all at once: the pool is the bottleneck, whose capacity
-lost is the same either way) and new ones start in their room, the pool never above the smaller
-of the old pool and the trial's, both of which fit the limit.
+``bo_swap``): old replicas leave half the pool at a time and new ones start in their room, the
+pool never above the smaller of the old pool and the trial's, both of which fit the limit.
 """
 from __future__ import annotations
 
@@ -32,7 +31,8 @@ from trident.types import OperatorSnapshot, OperatorTarget, Snapshot
 @dataclass(frozen=True)
 class Trial:
     """A batch size to try: the rolling update's target (batch size, replicas), whether old
-    replicas are swapped for new ones (the new ones do not fit beside the old ones), and why."""
+    replicas are swapped for new ones half the pool at a time (the new ones do not fit beside
+    the old ones), and why."""
 
     target: OperatorTarget
     replicas_from: int
@@ -116,7 +116,7 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
     c = c if swap else surge_c
     what = "best safe" if sug.converged else f"trial {tr.bo_tried}/{settings.bo_trials}"
     reason = (f"tune {o.name} batch_size {b} -> {bb} on {c} replica(s) ({what}): {sug.reason}"
-              + ("; no room for new replicas beside the old ones: swapped" if swap else ""))
+              + ("; no room for new replicas beside the old ones: swapped half the pool at a time" if swap else ""))
     return Trial(OperatorTarget(name=o.name, batch_size=bb, replicas=c), n, swap, reason)
 
 
