@@ -181,8 +181,8 @@ class Observer:
         """Whether ``op``'s counters measure its configuration ``key``: not while old actors of a
         rolling update still work, nor before a task finished after them. (Until then the rows
         out and busy time are the old actors', and the shim's heap reading is the last finished
-        task's: a plan that took batch 32's heap for batch 64 grew the pool to 8 replicas at
-        2.5x the memory limit, 46 OOM kills.)"""
+        task's: a plan that took batch 32's heap for batch 64 grew the pool to 8 replicas past
+        the memory limit, 46 OOM kills.)"""
         if op.old_actors > 0:
             tr.settling_at = _progress(op)
         if tr.settling_at is None:
