@@ -483,6 +483,10 @@ def test_a_replan_never_holds_a_pool_below_what_it_had_before_the_step():
     d = policy._replan(Stuck("ocr", reached=0, wanted=5, obstacle="5 actor(s) still pending", before=8),
                        snap, 31.0, [])
     assert [(t.name, t.replicas) for t in d.plan.targets] == [("ocr", 5)]
+    # actors only slow to start (nothing short): their target stays, nothing is cancelled
+    d = policy._replan(Stuck("ocr", reached=1, wanted=5, obstacle="4 actor(s) still pending", before=1, short=False),
+                       snap, 32.0, [])
+    assert d.kind == "replan" and d.plan is None and "target stays" in d.reason and not policy.phases.active
 
 
 def test_a_plan_moving_pools_to_another_type_holds_task_operators_at_their_running_tasks():

@@ -317,6 +317,12 @@ class TridentPolicy:
             caps = ", ".join(f"{t.name} <= {t.replicas}" for t in stuck.task_caps)
             return self._issue(stuck.task_caps, f"{reason}; capping task concurrency to make room: {caps}",
                                now, notes, kind="replan")
+        if not stuck.short:  # nothing is short: cancelling the pending actors would only start them again
+            # later (on the PDF benchmark OCR's 4 new actors were cancelled at 1 of 5, three times, 100 s)
+            self.ceilings[stuck.operator] = (Bounds(lo=0, hi=stuck.wanted, why=stuck.obstacle), now)
+            return Decision(time_s=now, reason=f"{reason}; its target stays (nothing is short: the actors start "
+                                               f"when Ray gets to them) and the plan is redone", notes=tuple(notes),
+                            kind="replan")
         # held at what it reached, never below what it had before the step (actors of its own
         # still starting are not the obstacle; holding a bottleneck below them cost 37 s at one
         # replica on the regime-shift scenario) unless the step shrank it: a batch-size trial
