@@ -152,14 +152,14 @@ def _obstacle(snap: Snapshot, o: OperatorSnapshot, st: RolloutStep, room: Room) 
         kind = f" of type {c.accelerator_type}" if c.accelerator_type else ""
         return Stuck(o.name, reached, st.replicas_to, f"the cluster has {-gpus:.2g} GPUs{kind} too few for the plan")
     if room.cpus < -1e-9:
-        caps, held = task_caps(snap, -room.cpus)
+        caps, held = _task_caps(snap, -room.cpus)
         return Stuck(o.name, reached, st.replicas_to, f"{-room.cpus:.2g} CPUs short: held by {held}", caps)
     if room.memory_bytes < 0:
         return Stuck(o.name, reached, st.replicas_to, "the memory limit leaves no room for another replica")
     if o.actors_pending == 0:
         return Stuck(o.name, reached, st.replicas_to,
                      "no actor was started: Ray Data's per-operator budget or the pool's max_size held it back")
-    caps, held = task_caps(snap, o.actors_pending * c.num_cpus)
+    caps, held = _task_caps(snap, o.actors_pending * c.num_cpus)
     if caps:  # the totals fit, a node does not: task operators' CPUs are the part trident can move
         # (after the patience of a slow start: at one cold start this capped the reads of a
         # pool's 7 starting actors on a loaded machine, and the reads became the bottleneck)
@@ -177,7 +177,7 @@ def _tasks(snap: Snapshot) -> list[OperatorSnapshot]:
             and not is_sink(t)]
 
 
-def task_caps(snap: Snapshot, cpus: float) -> tuple[tuple[OperatorTarget, ...], str]:
+def _task_caps(snap: Snapshot, cpus: float) -> tuple[tuple[OperatorTarget, ...], str]:
     """Caps on running task operators (the busiest first, each keeping one task) that free
     ``cpus`` CPUs, and who holds them (for the reason)."""
     tasks = sorted((t for t in _tasks(snap) if t.tasks_running > 1), key=lambda t: -t.tasks_running * t.config.num_cpus)
