@@ -4,7 +4,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
-from ray.data._internal.actor_autoscaler.default_actor_autoscaler import DefaultActorAutoscaler
+from ray.data._internal.actor_autoscaler import BacklogAwareActorAutoscaler
 from ray.data.context import AutoscalingConfig
 
 from trident.plan.rollout import RolloutStep
@@ -53,11 +53,11 @@ class _RayPool:
 
 
 def _ray_delta(size, pending, in_flight, queued):
-    """The change Ray's default autoscaler requests for a pool in this state."""
-    scaler = DefaultActorAutoscaler({}, SimpleNamespace(), config=AutoscalingConfig())
+    """The change Ray's default autoscaler (2.60: backlog-aware) requests for a pool in this state."""
+    scaler = BacklogAwareActorAutoscaler({}, SimpleNamespace(), config=AutoscalingConfig())
     op = SimpleNamespace(has_completed=lambda: False, _inputs_complete=False,
-                         metrics=SimpleNamespace(num_inputs_received=10))
-    state = SimpleNamespace(total_enqueued_input_blocks=lambda: queued,
+                         metrics=SimpleNamespace(num_inputs_received=10, average_num_inputs_per_task=1))
+    state = SimpleNamespace(total_enqueued_input_blocks=lambda: queued, op=op,
                             _scheduling_status=SimpleNamespace(under_resource_limits=True))
     scaler._resource_manager = SimpleNamespace(get_allocation=lambda op: None, get_op_usage=lambda op: None,
                                                get_budget=lambda op: None)
@@ -74,7 +74,7 @@ def test_the_inner_rule_moves_as_ray_does_and_grows_at_least_as_far(size, pendin
     ours = want - size
     assert (ours > 0) == (ray_delta > 0) and (ours < 0) == (ray_delta < 0 and queued == 0), (ours, ray_delta, why)
     if ray_delta > 0:
-        assert ray_delta <= ours <= max(size, 1), (ours, ray_delta)  # as far as Ray, at most doubling
+        assert min(want, 16) - size == ray_delta, (ours, ray_delta)  # as far as Ray (max size 16), in one step
     if ours < 0:
         assert ours == -1  # one at a time, as Ray
 
@@ -128,6 +128,13 @@ def test_with_a_memory_limit_a_pool_grows_only_by_what_its_measured_heap_allows(
     assert targets == []  # 2 x 3 GiB held; a third would pass 8 GiB
     targets, reasons = inner_targets(snap, {}, {"a": 2 * GiB}, memory_limit_bytes=8 * GiB, settings=S)
     assert targets == [OperatorTarget(name="a", replicas=4)]
+
+
+def test_a_pool_not_measured_yet_holds_as_much_memory_as_the_largest_measured():
+    snap = _snap(_actor("a", 0, replicas=1, in_flight=2, queued=40), _actor("b", 1, replicas=1, in_flight=0, queued=0))
+    targets, reasons = inner_targets(snap, {}, {"a": 1 * GiB}, memory_limit_bytes=4 * GiB, settings=S)
+    assert targets == [OperatorTarget(name="a", replicas=3)], reasons  # b's replica counts 1 GiB, as the plan's
+    assert "under the memory limit" in reasons[0]
 
 
 def test_room_counts_actor_cpus_gpus_and_the_cpus_task_operators_hold():
