@@ -86,6 +86,21 @@ def test_regime_shift_trident_beats_static_and_explains_why():
     assert trident.oom_kills == 0
 
 
+def test_a_regime_change_during_a_rollout_ends_it_and_plans_again_at_once():
+    # slow cold starts: ocr slows 5x (at 4,000 rows) while the first plan's replicas still start
+    spec = _pipeline(ocr=2, embed=2, regimes=(Regime(start=4_000, rate_scale=1 / 5),), total_rows=60_000)
+    spec = replace(spec, operators=tuple(replace(o, cold_start_s=60.0) if o.kind == "actor" else o
+                                         for o in spec.operators))
+    res = simulate(spec, policy="trident", seed=0)
+    assert res.finished
+    ended = [d for d in res.decisions if any(n.startswith("rollout ended: the data of") for n in d.notes)]
+    assert ended, [d.reason for d in _plans(res)]
+    first = ended[0]
+    assert any("ocr" in n for n in first.notes if n.startswith("rollout ended"))
+    after = [d for d in _plans(res) if d.time_s >= first.time_s]
+    assert after and after[0].time_s <= first.time_s + 2.0, [(d.time_s, d.reason[:80]) for d in after[:2]]
+
+
 def test_memory_limit_is_never_exceeded():
     # each ocr replica holds 2 GiB + 32 rows x 0.25 GiB = 10 GiB; embed 1 GiB: 200 GiB fits at most ~17 ocr replicas
     spec = _pipeline(ocr=8, embed=8, total_rows=100_000, memory_limit=200 * GiB, heap_per_batch_row=GiB / 4)
@@ -367,6 +382,22 @@ def test_batch_size_search_leaves_the_first_batch_without_breaking_the_memory_li
                            settings=TridentSettings(bo_swap=False))
     no_swap = simulate(_batch_sensitive(), policy=policy, seed=0)
     assert no_swap.finished and not [d for d in _plans(no_swap) if d.kind == "tune"]
+
+
+def test_a_scale_up_of_the_bottleneck_starts_its_new_replicas_at_the_batch_size_to_try():
+    """From one replica the first plan grows the pool eightfold: its new actors start at the
+    tuner's next batch (a trial folded into the scale-up) rather than at the old batch and a swap
+    of the whole pool one rolling update later."""
+    spec = _batch_sensitive()
+    spec = replace(spec, operators=(spec.operators[0], replace(spec.operators[1], replicas=1, min_replicas=1)))
+    res = simulate(spec, policy="trident", seed=0)
+    assert res.finished and res.oom_kills == 0
+    first = next(d for d in _plans(res) if d.kind == "plan")
+    grown = [t for t in first.plan.targets if t.name == "embed"]
+    assert grown and grown[0].batch_size is not None and grown[0].batch_size > 8, first.reason
+    assert grown[0].replicas >= 2 and not grown[0].swap, first.reason
+    assert "folded into the scale-up" in first.reason
+    assert res.throughput_rows_per_s >= 1.1 * simulate(spec, policy="ray", seed=0).throughput_rows_per_s
 
 
 def _typed_snapshot(k: int, *, detect_types=("A", "B"), per_actor=None):

@@ -82,6 +82,12 @@ class TridentPolicy:
 
     def _step(self, snap: Snapshot, now: float) -> Decision:
         notes = self._observe(snap)
+        if self.phases.active and self.changed_ops:
+            # a rollout planned on the old data is not finished first: on the PDF benchmark OCR
+            # slowed 50x while Embed's replicas started, and the plan waited 17 s for them
+            notes.append(f"rollout ended: the data of {', '.join(self.changed_ops)} changed; planning again")
+            self.phases.clear()
+            self.replan_now, self.last_look_s = True, None
         decision = self._rollout(snap, now, notes) if self.phases.active else self._outer(snap, now, notes)
         if decision.plan is not None:
             return decision
@@ -147,6 +153,7 @@ class TridentPolicy:
                 return self._trial(trial, snap, now, notes + [result.reason])
             return Decision(time_s=now, reason=f"keep: {result.reason}", notes=tuple(notes), kind="keep")
         targets = problem.targets(ops, result.allocation)
+        targets, trial = self._fold_trial(snap, ops, prob, planning, result.allocation, targets)
         cur_t = result.current_throughput_rows_per_s or 0.0
         used = [problem.used(o) for o in ops]
         rollout = plan_rollout(
@@ -165,6 +172,9 @@ class TridentPolicy:
                             kind="keep")
         self._bound(ops, {o.name: result.allocation.replicas(o.name) for o in ops if self._estimated(o, planning)},
                     "the plan")
+        if trial is not None:
+            self.bounds[trial.target.name] = Bounds(lo=trial.target.replicas, hi=trial.target.replicas,
+                                                    why="the batch-size trial")
         # what the plan assumed of each operator's rate (rows out per busy replica-second)
         self.observer.assumed = {o.name: Assumed(key_of(o.config), planning.rates[o.name].rows_per_s * sel)
                                  for o, sel in zip(ops, estimates.selectivities(ops, self.tracks))
@@ -177,13 +187,65 @@ class TridentPolicy:
             out.append((o.name, result.throughput_rows_per_s * f))
         self.predicted = tuple(p for p in out if math.isfinite(p[1]))
         phase = self.phases.start(rollout.phases(), now)
-        steps = "; ".join(st.reason for st in rollout.steps)
+        steps = "; ".join(st.reason for st in rollout.steps) + (f"; {trial.reason} (folded into the scale-up: "
+                                                                  f"its new replicas start at the trial's batch)"
+                                                                  if trial is not None else "")
         reason = (f"plan: {result.reason}; {rollout.reason}; from {rates}; steps: {steps} | now: "
                   + "; ".join(st.reason for st in phase))
         caps, held = self._hold_tasks(snap) if _moves(rollout.steps) else ((), "")
         decision = self._issue(tuple(st.target for st in phase) + caps, reason + held, now, notes, kind="plan")
         self.phases.plan_seq = self.plan_seq
         return decision
+
+    def _fold_trial(self, snap: Snapshot, ops, prob, planning, alloc, targets: tuple[OperatorTarget, ...]):
+        """A plan that grows the bottleneck to at least twice its replicas starts mostly new actors
+        anyway: they start at the batch size the tuner would try next, as its trial, instead of at
+        the old batch and a swap one rolling update later (two cold starts of the whole pool, 45 s
+        on the batch-size scenario). Only as many as fit beside the old replicas (GPUs, and memory
+        at the optimiser's bound per new replica), and at least half the trial's. Returns the
+        targets (the pool's with the trial's batch and replicas) and the trial (``None``: none folded)."""
+        grown = {t.name for t in targets if t.accelerator_type is None and t.replicas is not None
+                 and (n := snap.operator(t.name).config.replicas) and t.replicas >= 2 * n}
+        if not grown or self.context.memory_limit_bytes is None:
+            return targets, None
+        planned = {o.name: alloc.replicas(o.name) for o in ops if o.config.kind == "actor"}
+        view = [replace(o, actors_running=planned[o.name], actors_pending=0,
+                        config=replace(o.config, replicas=planned[o.name])) if o.name in planned else o
+                for o in snap.operators]
+        after = replace(snap, operators=tuple(view))
+        counts = {n: (tr.bo_tried, tr.bo_settled) for n, tr in self.tracks.items()}
+        trial = tuner.next_batch_size(after, [after.operator(o.name) for o in ops], replace(prob, current=alloc),
+                                      planning.rates, self.tracks, self.settings, self.context.seed)
+        # the tuner saw the planned pool: what fits is judged beside the actors running now
+        n = self._beside(snap, trial) if trial is not None and trial.target.name in grown else 0
+        if trial is None or n < max(math.ceil(trial.target.replicas / 2),
+                                    2 * (snap.operator(trial.target.name).config.replicas or 0)):
+            for name, (tried, settled) in counts.items():  # not tried: the tuner's count stands as it was
+                self.tracks[name].bo_tried, self.tracks[name].bo_settled = tried, settled
+            return targets, None
+        t = replace(trial.target, replicas=n, swap=False)
+        reason = trial.reason.split("; no room for new replicas")[0].replace(
+            f"on {trial.target.replicas} replica(s)", f"on {n} replica(s)")
+        return (tuple(t if x.name == t.name else x for x in targets),
+                replace(trial, target=t, swap=False, reason=reason))
+
+    def _beside(self, snap: Snapshot, trial: tuner.Trial) -> int:
+        """New replicas of ``trial`` that fit beside the pool's running ones: GPUs, and memory at
+        the optimiser's bound per new replica (at most the trial's count)."""
+        t = trial.target
+        o = snap.operator(t.name)
+        old = o.config.replicas or 0
+        heaps = self._heaps(snap)
+        others = [x for x in snap.operators if x.config.kind == "actor" and x.name != t.name]
+        n = t.replicas
+        if o.config.num_gpus > 0:
+            free = snap.cluster.gpus - sum((x.config.replicas or 0) * x.config.num_gpus for x in others)
+            n = min(n, math.floor(free / o.config.num_gpus + 1e-9) - old)
+        if trial.replica_bytes > 0:
+            free_mem = (self.context.memory_limit_bytes - old * heaps.get(t.name, 0.0)
+                        - sum((x.config.replicas or 0) * heaps.get(x.name, 0.0) for x in others))
+            n = min(n, math.floor(free_mem / trial.replica_bytes))
+        return max(n, 0)
 
     def _trial(self, trial: tuner.Trial, snap: Snapshot, now: float, notes: list[str]) -> Decision:
         """Roll out a batch-size trial: new replicas first where they fit beside the old ones,

@@ -38,6 +38,8 @@ class Trial:
     replicas_from: int
     swap: bool
     reason: str
+    replica_bytes: float = 0.0
+    """The optimiser's upper bound of one new replica's heap (bytes)."""
 
 
 def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: PlacementProblem,
@@ -117,7 +119,7 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
     what = "best safe" if sug.converged else f"trial {tr.bo_tried}/{settings.bo_trials}"
     reason = (f"tune {o.name} batch_size {b} -> {bb} on {c} replica(s) ({what}): {sug.reason}"
               + ("; no room for new replicas beside the old ones: swapped half the pool at a time" if swap else ""))
-    return Trial(OperatorTarget(name=o.name, batch_size=bb, replicas=c), n, swap, reason)
+    return Trial(OperatorTarget(name=o.name, batch_size=bb, replicas=c), n, swap, reason, replica_bytes=each)
 
 
 def _most_replicas(snap: Snapshot, o: OperatorSnapshot) -> int:
