@@ -96,7 +96,8 @@ class OperatorSnapshot:
     heap_rss_per_replica_bytes: int | None = None
     """Largest resident memory of one worker of this operator (bytes)."""
     busy_s: float | None = None
-    """Cumulative replica-seconds spent executing tasks (for true per-replica rates, DS2)."""
+    """Cumulative replica-seconds spent executing finished tasks (for true per-replica rates, DS2);
+    a task operator's count from scheduling to completion (a task slot is held meanwhile)."""
     completed: bool = False
     rows_in_done_total: int | None = None
     """Input rows of finished tasks (``None``: not measured; then ``rows_in_total`` stands in)."""

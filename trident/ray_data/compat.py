@@ -32,7 +32,7 @@ _OBSERVE_EXECUTOR = ("_topology", "_resource_manager", "_backpressure_policies",
 _OBSERVE_METRICS = ("rows_task_outputs_generated", "bytes_task_outputs_generated", "num_tasks_running",
                     "num_tasks_finished", "num_tasks_failed", "op_task_duration_stats", "obj_store_mem_used",
                     "num_row_inputs_received", "bytes_inputs_received", "task_worker_completion_time_s",
-                    "max_uss_bytes")
+                    "task_completion_time_s", "task_output_backpressure_time_s", "max_uss_bytes")
 
 
 def _missing_actuation() -> str | None:
