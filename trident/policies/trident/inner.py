@@ -1,14 +1,15 @@
 """The inner loop: at every step, at least what Ray Data's own autoscaler would do.
 
-Ray's rule per actor pool (``DefaultActorAutoscaler``): utilisation is tasks in flight over
-(actor slots x actors, pending ones included); at or above ``upscale_util`` the pool grows,
-at or below ``downscale_util`` (no actor pending) it shrinks by one. A growing pool jumps to
-what its backlog needs (in-flight plus queued tasks at ``upscale_util``), as Ray 2.60's default
-``BacklogAwareActorAutoscaler`` does: one cold start instead of one per doubling (capping the
-jump at doubling left the video benchmark's OCR pool two cold starts behind Ray's). Every pool moves only within the bounds the planner set
+Ray's rule per actor pool (Ray 2.60's default ``BacklogAwareActorAutoscaler``): utilisation is
+tasks in flight over (actor slots x actors, pending ones included); at or above
+``upscale_util`` the pool jumps to what its backlog needs (in-flight plus queued tasks at
+``upscale_util`` per slot), in one cold start (capping the jump at doubling left the video
+benchmark's OCR pool two cold starts behind Ray's); at or below ``downscale_util`` (no actor
+pending) it shrinks by one. Every pool moves only within the bounds the planner set
 (``lo..hi``), within the memory limit (heap per replica as measured), and within the CPUs
 and GPUs left free: when the pools together want more than is free, replicas go one at a time
-to the pool with the most tasks in flight per replica (counting those already granted). Pure: no Ray, no clock.
+to the pool with the most tasks in flight per replica (counting those already granted). Pure:
+no Ray, no clock.
 """
 from __future__ import annotations
 

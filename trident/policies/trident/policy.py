@@ -205,7 +205,7 @@ class TridentPolicy:
         at the optimiser's bound per new replica), and at least half the trial's. Returns the
         targets (the pool's with the trial's batch and replicas) and the trial (``None``: none folded)."""
         grown = {t.name for t in targets if t.accelerator_type is None and t.replicas is not None
-                 and (n := snap.operator(t.name).config.replicas) and t.replicas >= 2 * n}
+                 and (now_n := snap.operator(t.name).config.replicas) and t.replicas >= 2 * now_n}
         if not grown or self.context.memory_limit_bytes is None:
             return targets, None
         planned = {o.name: alloc.replicas(o.name) for o in ops if o.config.kind == "actor"}
