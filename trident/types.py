@@ -96,8 +96,11 @@ class OperatorSnapshot:
     heap_rss_per_replica_bytes: int | None = None
     """Largest resident memory of one worker of this operator (bytes)."""
     busy_s: float | None = None
-    """Cumulative replica-seconds spent executing finished tasks (for true per-replica rates, DS2);
-    a task operator's count from scheduling to completion (a task slot is held meanwhile)."""
+    """Cumulative replica-seconds spent executing tasks, as the workers measured them (for true
+    per-replica rates, DS2)."""
+    slot_s: float | None = None
+    """A task operator's seconds of task slots held by its finished tasks: from scheduling to
+    completion less output backpressure, as the driver measured them (``None``: not measured)."""
     completed: bool = False
     rows_in_done_total: int | None = None
     """Input rows of finished tasks (``None``: not measured; then ``rows_in_total`` stands in)."""

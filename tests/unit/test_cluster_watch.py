@@ -1,5 +1,5 @@
 """The cluster as the shim reports it: GPUs from the typed nodes where Ray Data's reservation is
-smaller, never above the user's limit or the run's GPU budget; an operator's busy time."""
+smaller, never above the user's limit or the run's GPU budget; a task operator's slot time."""
 from types import SimpleNamespace
 
 from ray.data._internal.execution.interfaces import ExecutionOptions, ExecutionResources
@@ -27,10 +27,9 @@ def test_a_gpu_budget_still_caps_the_view(monkeypatch):
     assert view.gpus == 1.0 and dict(view.gpus_by_type) == {"A": 1.0, "B": 1.0}
 
 
-def test_a_task_operator_is_busy_from_scheduling_to_completion_an_actor_as_its_workers_say():
+def test_a_task_slot_is_held_from_scheduling_to_completion():
     m = SimpleNamespace(task_worker_completion_time_s=1.6, task_completion_time_s=20.0,
                         task_output_backpressure_time_s=4.0)
-    assert metrics._busy_s(m, "task") == 16.0  # 100 tasks of 16 ms work held their slots 0.16 s each
-    assert metrics._busy_s(m, "actor") == 1.6  # the driver's count also holds the wait in the actor's queue
+    assert metrics._slot_s(m) == 16.0  # 100 tasks of 16 ms work held their slots 0.16 s each
     m.task_completion_time_s = 1.0  # never less than the workers' own count
-    assert metrics._busy_s(m, "task") == 1.6
+    assert metrics._slot_s(m) == 1.6

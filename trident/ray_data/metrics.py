@@ -204,7 +204,8 @@ class SnapshotBuilder:
             object_store_bytes=int(m.obj_store_mem_used),
             backpressured=bool(backpressured),
             heap_rss_bytes=rss_total, heap_rss_per_replica_bytes=rss_per_replica,
-            busy_s=_busy_s(m, kind),
+            busy_s=float(m.task_worker_completion_time_s),
+            slot_s=_slot_s(m) if kind == "task" else None,
             rows_in_done_total=_rows_in_done(m),
             completed=bool(op.has_completed()),
             by_type=by_type,
@@ -212,16 +213,13 @@ class SnapshotBuilder:
         )
 
 
-def _busy_s(m: Any, kind: str) -> float:
-    """Seconds of work of the operator's finished tasks. An actor's: as its workers measured
-    them (the driver's count also holds the wait in the actor's queue). A task's: from
-    scheduling to completion as the driver measured it, less output backpressure, when that is
-    longer: a task slot is held meanwhile. (A reader of 8-row blocks worked 16 ms per task and
-    put out 8 rows per ~0.2 s; planned at its workers' time, 237 rows/s per task, it was capped
-    to one task and starved the pipeline's GPU pool for 70 s.)"""
+def _slot_s(m: Any) -> float:
+    """Seconds a task operator's finished tasks held their slots: from scheduling to completion
+    as the driver measured them, less output backpressure, and never less than the workers' own
+    count. (A reader of 8-row blocks worked 16 ms per task and put out 8 rows per ~0.2 s; planned
+    at its workers' time, 237 rows/s per task, it was capped to one task and starved the
+    pipeline's GPU pool for 70 s.)"""
     worker = float(m.task_worker_completion_time_s)
-    if kind != "task":
-        return worker
     return max(worker, float(m.task_completion_time_s) - float(m.task_output_backpressure_time_s))
 
 

@@ -8,7 +8,7 @@ from trident.errors import ConfigError
 from trident.model.features import ConfigFeatures
 from trident.policies.trident.records import ConfigKey, Estimate, key_of
 from trident.policies.trident.settings import TridentSettings
-from trident.policies.trident.tracking import OperatorTrack
+from trident.policies.trident.tracking import OperatorTrack, busy_of
 from trident.types import OperatorSnapshot, Snapshot
 
 
@@ -21,13 +21,13 @@ def is_sink(op: OperatorSnapshot) -> bool:
 def busy_rate(tr: OperatorTrack, key: ConfigKey, min_busy_s: float) -> float | None:
     """Output rows per busy replica-second of ``key`` since the regime began (from the first
     finished tasks on), or ``None`` with less than ``min_busy_s`` of busy time."""
-    snaps = [o for t, o in tr.snaps if t >= tr.since_s(key) and key_of(o.config) == key and o.busy_s is not None]
+    snaps = [o for t, o in tr.snaps if t >= tr.since_s(key) and key_of(o.config) == key and busy_of(o) is not None]
     if len(snaps) < 2:
         return None
     first, last = snaps[0], snaps[-1]
-    busy = last.busy_s - first.busy_s
-    if first.rows_out_total == 0 and first.busy_s == 0:  # the regime began with the execution
-        busy = last.busy_s
+    busy = busy_of(last) - busy_of(first)
+    if first.rows_out_total == 0 and busy_of(first) == 0:  # the regime began with the execution
+        busy = busy_of(last)
     rows = last.rows_out_total - first.rows_out_total
     if busy < min_busy_s or rows <= 0:
         return None

@@ -135,22 +135,23 @@ class Observer:
             tr.window = None
             return notes
         notes += self._check_stall(tr, op, key, t)
-        cur = Counters(t, op.rows_out_total, op.busy_s, op.rows_in_total, op.bytes_in_total)
-        if tr.window is None or (op.actors_pending > 0 and op.busy_s is None):
+        busy_s = busy_of(op)
+        cur = Counters(t, op.rows_out_total, busy_s, op.rows_in_total, op.bytes_in_total)
+        if tr.window is None or (op.actors_pending > 0 and busy_s is None):
             tr.window = cur  # without busy time, starting actors would read as a low rate
             return notes
         if t - tr.window.time_s < self.settings.rate_window_s:
             return notes
         w = tr.window
-        busy = op.busy_s is not None and w.busy_s is not None and op.busy_s - w.busy_s > 0.2 * (t - w.time_s)
-        working = busy or (op.busy_s is not None and op.tasks_running > 0)
+        busy = busy_s is not None and w.busy_s is not None and busy_s - w.busy_s > 0.2 * (t - w.time_s)
+        working = busy or (busy_s is not None and op.tasks_running > 0)
         if working and op.rows_out_total == w.rows_out and t - w.time_s < self.settings.max_rate_window_s:
             return notes  # working on a long batch: the window lasts until rows come out
         tr.window = cur
         rate = None
         if busy:
-            rate = (op.rows_out_total - w.rows_out) / (op.busy_s - w.busy_s)
-        elif op.busy_s is None and not op.backpressured and op.input_queue_blocks > 0:
+            rate = (op.rows_out_total - w.rows_out) / (busy_s - w.busy_s)
+        elif busy_s is None and not op.backpressured and op.input_queue_blocks > 0:
             running = op.actors_running if op.config.kind == "actor" else op.tasks_running
             if running > 0:
                 rate = (op.rows_out_total - w.rows_out) / (t - w.time_s) / running
@@ -350,6 +351,12 @@ class Observer:
                 tr.needs_fit = not rep.ok
                 notes.append(f"{tr.name}: {filt.reason}; {rep.reason}")
         return notes
+
+
+def busy_of(op: OperatorSnapshot) -> float | None:
+    """Replica-seconds of ``op``'s finished tasks to plan with: a task operator's slot time
+    (its per-task overheads hold the slot too), an actor's busy time."""
+    return op.slot_s if op.config.kind == "task" and op.slot_s is not None else op.busy_s
 
 
 def _progress(op: OperatorSnapshot) -> int:
