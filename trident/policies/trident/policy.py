@@ -28,7 +28,7 @@ from trident.model.threads import single_threaded
 from trident.plan.milp import solve_placement
 from trident.plan.rollout import PHASE_UP, RolloutInputs, RolloutStep, plan_rollout
 from trident.policies.trident import estimates, explore, problem, tuner
-from trident.policies.trident.inner import inner_targets
+from trident.policies.trident.inner import inner_targets, room_of
 from trident.policies.trident.phases import Phases, Stuck, hold_tasks
 from trident.policies.trident.records import Assumed, Bounds, key_of
 from trident.policies.trident.settings import TridentSettings
@@ -153,6 +153,7 @@ class TridentPolicy:
                 return self._trial(trial, snap, now, notes + [result.reason])
             return Decision(time_s=now, reason=f"keep: {result.reason}", notes=tuple(notes), kind="keep")
         targets = problem.targets(ops, result.allocation)
+        tuner_before = self._tuner_state()
         targets, trial = self._fold_trial(snap, ops, prob, planning, result.allocation, targets)
         cur_t = result.current_throughput_rows_per_s or 0.0
         used = [problem.used(o) for o in ops]
@@ -168,6 +169,7 @@ class TridentPolicy:
                           free_gpus_by_type=problem.free_gpus_by_type(snap, ops),
                           **problem.memory_room(prob, result.allocation)))
         if not rollout.go:
+            self._restore_tuner(tuner_before)  # a folded trial that does not run is not counted
             return Decision(time_s=now, reason=f"keep: {rollout.reason}", notes=tuple(notes) + (result.reason,),
                             kind="keep")
         self._bound(ops, {o.name: result.allocation.replicas(o.name) for o in ops if self._estimated(o, planning)},
@@ -213,15 +215,14 @@ class TridentPolicy:
                         config=replace(o.config, replicas=planned[o.name])) if o.name in planned else o
                 for o in snap.operators]
         after = replace(snap, operators=tuple(view))
-        counts = {n: (tr.bo_tried, tr.bo_settled) for n, tr in self.tracks.items()}
+        before = self._tuner_state()
         trial = tuner.next_batch_size(after, [after.operator(o.name) for o in ops], replace(prob, current=alloc),
                                       planning.rates, self.tracks, self.settings, self.context.seed)
         # the tuner saw the planned pool: what fits is judged beside the actors running now
         n = self._beside(snap, trial) if trial is not None and trial.target.name in grown else 0
         if trial is None or n < max(math.ceil(trial.target.replicas / 2),
                                     2 * (snap.operator(trial.target.name).config.replicas or 0)):
-            for name, (tried, settled) in counts.items():  # not tried: the tuner's count stands as it was
-                self.tracks[name].bo_tried, self.tracks[name].bo_settled = tried, settled
+            self._restore_tuner(before)  # not tried: the tuner's count stands as it was
             return targets, None
         t = replace(trial.target, replicas=n, swap=False)
         reason = trial.reason.split("; no room for new replicas")[0].replace(
@@ -233,19 +234,22 @@ class TridentPolicy:
         """New replicas of ``trial`` that fit beside the pool's running ones: GPUs, and memory at
         the optimiser's bound per new replica (at most the trial's count)."""
         t = trial.target
-        o = snap.operator(t.name)
-        old = o.config.replicas or 0
-        heaps = self._heaps(snap)
-        others = [x for x in snap.operators if x.config.kind == "actor" and x.name != t.name]
+        c = snap.operator(t.name).config
+        room = room_of(snap, {}, self._heaps(snap), self.context.memory_limit_bytes)
         n = t.replicas
-        if o.config.num_gpus > 0:
-            free = snap.cluster.gpus - sum((x.config.replicas or 0) * x.config.num_gpus for x in others)
-            n = min(n, math.floor(free / o.config.num_gpus + 1e-9) - old)
+        if c.num_gpus > 0:
+            n = min(n, math.floor(room.gpus / c.num_gpus + 1e-9))
         if trial.replica_bytes > 0:
-            free_mem = (self.context.memory_limit_bytes - old * heaps.get(t.name, 0.0)
-                        - sum((x.config.replicas or 0) * heaps.get(x.name, 0.0) for x in others))
-            n = min(n, math.floor(free_mem / trial.replica_bytes))
+            n = min(n, math.floor(room.memory_bytes / trial.replica_bytes))
         return max(n, 0)
+
+    def _tuner_state(self) -> dict[str, tuple[int, bool]]:
+        """Each track's batch-size trials so far and whether its search is settled."""
+        return {n: (tr.bo_tried, tr.bo_settled) for n, tr in self.tracks.items()}
+
+    def _restore_tuner(self, state: dict[str, tuple[int, bool]]) -> None:
+        for name, (tried, settled) in state.items():
+            self.tracks[name].bo_tried, self.tracks[name].bo_settled = tried, settled
 
     def _trial(self, trial: tuner.Trial, snap: Snapshot, now: float, notes: list[str]) -> Decision:
         """Roll out a batch-size trial: new replicas first where they fit beside the old ones,
