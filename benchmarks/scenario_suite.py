@@ -1,4 +1,4 @@
-"""Scenario suite: stationary, regime-shift, memory-bound, two accelerator types and batch-size
+"""Scenario suite: stationary, regime-shift, long-shift, memory-bound, two accelerator types and batch-size
 sensitive pipelines under the user's static setup, Ray Data's autoscaler, DS2 and trident, side
 by side on one ``ray.cluster_utils.Cluster``, with the work bound. Calibrated stand-ins on
 logical GPUs. Writes ``scenario_suite-<name>.json`` per scenario and ``scenario_suite.png``.

@@ -501,6 +501,43 @@ def test_a_pool_measured_on_one_type_only_is_not_moved():
     assert "detect" not in targets or targets["detect"].accelerator_type in (None, "A"), targets
 
 
+def test_a_type_the_pool_left_is_not_compared_with_one_measured_later():
+    """Detect ran on A and B alike (10 rows/s per replica) until its A actors left at 15 s; then
+    its data got 2x cheaper, with no regime change detected (as when it changes gradually). A's
+    rate is from another time: no type counts as faster and the plan pins no pool (on the
+    long-shift scenario such a stale rate pinned both pools to one type's GPUs each)."""
+    import numpy as np
+
+    from trident.plan.milp import solve_placement
+    from trident.policies.trident import problem
+    from trident.policies.trident.records import key_of
+    from trident.policies.trident.tracking import Observer
+    from trident.types import TypeUsage
+
+    settings = TridentSettings(min_change=100.0, shift_ratio=100.0)  # no regime change
+    observer = Observer(settings=settings, rng=np.random.default_rng(0), seed=0)
+    early = int(2 * 10 * 15 / 16)  # tasks of 16 rows each type finished by 15 s
+    for k in range(40):
+        snap = _typed_snapshot(k, per_actor={"detect": {"A": 10.0, "B": 10.0}, "embed": {"A": 40.0, "B": 40.0}})
+        det = snap.operator("detect")
+        if k >= 15:  # A's 2 actors gone; B's 4 at 20 rows/s per replica from there
+            a = TypeUsage(accelerator_type="A", actors=0, busy_s=30.0, tasks_finished=early)
+            b = TypeUsage(accelerator_type="B", actors=4, busy_s=30.0 + 4 * (k - 15),
+                          tasks_finished=early + int(4 * 20 * (k - 15) / 16))
+            done = a.tasks_finished + b.tasks_finished
+            det = replace(det, by_type=(a, b), tasks_finished=done, rows_out_total=done * 16, rows_in_total=done * 16,
+                          rows_in_done_total=done * 16, busy_s=a.busy_s + b.busy_s)
+            snap = replace(snap, operators=tuple(det if o.name == "detect" else o for o in snap.operators))
+        for o in snap.operators:
+            observer.observe(o, snap.time_s)
+    assert set(estimates.typed_rates(observer.tracks["detect"], key_of(det.config), settings.min_busy_s)) == {"B"}
+    ops = problem.plannable(snap)
+    planning = problem.build(snap, ops, observer.tracks, settings, None)
+    assert planning.problem is not None, planning.why
+    targets = problem.targets(ops, solve_placement(planning.problem).allocation)
+    assert all(t.accelerator_type is None for t in targets), targets
+
+
 def test_a_pool_pinned_to_a_type_keeps_being_modelled():
     """After a move to type B the operator's samples name a device its model was not built for:
     the model is rebuilt with it, and fitting works (it used to fail at every step)."""

@@ -1,15 +1,18 @@
-"""The scenario suite: five pipelines where an autoscaler's choices matter, each run under the
+"""The scenario suite: six pipelines where an autoscaler's choices matter, each run under the
 user's static setup, Ray Data's autoscaler, DS2 and trident side by side, with the work bound.
 
 Every stage is a calibrated stand-in on logical GPUs: a batch sleeps ``fixed_s + per_row_s x
-rows`` (the per-row cost may differ by row position, for a regime shift, and by the node's
-accelerator type) and holds ``base_mb + per_row_mb x rows`` MiB for the largest batch it has run
+rows`` (the per-row cost may differ by row position, in equal phases of the rows, for a regime
+shift, and by the node's accelerator type) and holds ``base_mb + per_row_mb x rows`` MiB for the largest batch it has run
 (kept between batches, as a framework's caching allocator keeps its peak). The cluster is a
 ``ray.cluster_utils.Cluster``: a CPU head and two GPU nodes of types A and B. A watchdog plays the
 OOM killer for the stand-ins' summed memory (as in :mod:`trident.demos.bench`).
 
 - ``stationary``: two GPU stages, the second 1.5x as costly; nothing changes.
 - ``regime-shift``: the bottleneck moves from the second stage to the first halfway through.
+- ``long-shift``: the bottleneck moves between the stages three times in a long run, and rows
+  are large (100 kB), so Ray Data's object store budget bounds the queues between the stages:
+  a stage cannot work ahead through the next phase while the other one is the bottleneck.
 - ``memory-bound``: large replicas; growing both pools to their maximum breaks the limit.
 - ``two-types``: the first stage is 4x faster on type B, the second 2x faster on type A; the
   user names no type.
@@ -18,6 +21,7 @@ OOM killer for the stand-ins' summed memory (as in :mod:`trident.demos.bench`).
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import os
@@ -35,11 +39,11 @@ GPU_TYPES = ("A", "B")
 
 @dataclass(frozen=True)
 class Stage:
-    """One GPU actor stage of a scenario (seconds and MiB per batch; per type, per half)."""
+    """One GPU actor stage of a scenario (seconds and MiB per batch; per type, per phase)."""
 
     name: str
-    per_row_s: tuple[float, float]
-    """Seconds per row in the first and the second half of the rows (type A)."""
+    per_row_s: tuple[float, ...]
+    """Seconds per row in each phase (equal shares of the rows, in order; type A)."""
     fixed_s: float = 0.0
     speed: dict = field(default_factory=dict)
     """Speed-up per accelerator type (default 1)."""
@@ -49,9 +53,10 @@ class Stage:
     max_replicas: int = 6
     num_gpus: float = 0.5
 
-    def batch_s(self, rows: int, second_half: int, gpu_type: str) -> float:
-        first = rows - second_half
-        return (self.fixed_s + first * self.per_row_s[0] + second_half * self.per_row_s[1]) / self.speed.get(gpu_type, 1.0)
+    def batch_s(self, per_phase: list[int], gpu_type: str) -> float:
+        """Seconds for a batch with ``per_phase[k]`` rows of phase ``k``."""
+        work = sum(n * c for n, c in zip(per_phase, self.per_row_s))
+        return (self.fixed_s + work) / self.speed.get(gpu_type, 1.0)
 
 
 @dataclass(frozen=True)
@@ -61,10 +66,14 @@ class Scenario:
     stages: tuple[Stage, ...]
     memory_limit_mb: float | None = None
     block_rows: int = 20
+    row_bytes: int = 0
+    """Payload per row (bytes) the first stage adds and the last drops."""
+    object_store_mb: float | None = None
+    """Ray Data's object store budget for the dataset (None: Ray's default)."""
 
     def scaled(self, scale: float) -> "Scenario":
-        return Scenario(name=self.name, rows=max(200, int(self.rows * scale)) // self.block_rows * self.block_rows,
-                        stages=self.stages, memory_limit_mb=self.memory_limit_mb, block_rows=self.block_rows)
+        rows = max(200, int(self.rows * scale)) // self.block_rows * self.block_rows
+        return dataclasses.replace(self, rows=rows)
 
 
 def scenarios() -> dict[str, Scenario]:
@@ -72,6 +81,9 @@ def scenarios() -> dict[str, Scenario]:
     return {s.name: s for s in (
         Scenario("stationary", 24_000, (Stage("detect", (0.040, 0.040)), Stage("embed", (0.060, 0.060)))),
         Scenario("regime-shift", 24_000, (Stage("detect", (0.020, 0.080)), Stage("embed", (0.080, 0.020)))),
+        Scenario("long-shift", 32_000, (Stage("detect", (0.020, 0.080, 0.020, 0.080)),
+                                        Stage("embed", (0.080, 0.020, 0.080, 0.020))),
+                 row_bytes=100_000, object_store_mb=300),
         Scenario("memory-bound", 24_000, (Stage("detect", (0.040, 0.040), base_mb=700),
                                           Stage("embed", (0.060, 0.060), base_mb=500)), memory_limit_mb=4200),
         Scenario("two-types", 48_000, (Stage("detect", (0.080, 0.080), speed={"B": 4.0}),
@@ -82,13 +94,14 @@ def scenarios() -> dict[str, Scenario]:
 
 
 def work_bound_s(sc: Scenario, *, gpus: float = 4.0) -> float:
-    """No schedule beats it: per half of the rows, the stages' work (at their best type and the
-    largest batch the memory limit allows) on the best split of the GPU slots that fits the
-    memory limit, with no cold start, fill or drain; the halves summed."""
+    """No schedule without a queue between the stages beats it: per phase of the rows, the stages'
+    work (at their best type and the largest batch the memory limit allows) on the best split of
+    the GPU slots that fits the memory limit, with no cold start, fill or drain; the phases summed."""
     slots = [int(gpus / st.num_gpus) for st in sc.stages]
+    phases = len(sc.stages[0].per_row_s)
     total = 0.0
-    for half in (0, 1):
-        rows = sc.rows / 2
+    for phase in range(phases):
+        rows = sc.rows / phases
         best = math.inf
         for split in itertools.product(*[range(1, min(s, st.max_replicas) + 1) for s, st in zip(slots, sc.stages)]):
             if sum(n * st.num_gpus for n, st in zip(split, sc.stages)) > gpus + 1e-9:
@@ -96,7 +109,7 @@ def work_bound_s(sc: Scenario, *, gpus: float = 4.0) -> float:
             times, mem = [], 0.0
             for n, st in zip(split, sc.stages):
                 b = _best_batch(st, n, sc, split)
-                per_batch = st.fixed_s + b * st.per_row_s[half]
+                per_batch = st.fixed_s + b * st.per_row_s[phase]
                 fastest = max([1.0] + list(st.speed.values()))
                 times.append(rows / b * per_batch / fastest / n)
                 mem += n * (st.base_mb + st.per_row_mb * b)
@@ -117,8 +130,10 @@ def _best_batch(st: Stage, n: int, sc: Scenario, split) -> int:
     return b
 
 
-def stage_class(st: Stage, rows_total: int, pid_dir: str):
-    """The actor class standing in for ``st``: sleeps and holds memory per batch as calibrated."""
+def stage_class(st: Stage, rows_total: int, pid_dir: str, *, last: bool = False):
+    """The actor class standing in for ``st``: sleeps and holds memory per batch as calibrated
+    (the ``last`` stage drops the rows' payload)."""
+    import numpy as np
 
     class StandIn:
         def __init__(self):
@@ -141,17 +156,25 @@ def stage_class(st: Stage, rows_total: int, pid_dir: str):
                 self.held = bytearray(need)
                 for i in range(0, need, 4096):
                     self.held[i] = 1
-            second = int((ids >= rows_total // 2).sum())
-            time.sleep(st.batch_s(n, second, self.gpu_type))
+            phases = len(st.per_row_s)
+            per_phase = np.bincount(np.minimum(ids * phases // rows_total, phases - 1), minlength=phases)
+            time.sleep(st.batch_s(per_phase.tolist(), self.gpu_type))
             batch[f"{st.name}_on"] = [self.gpu_type] * n
+            if last:
+                batch.pop("pad", None)
             return batch
 
     StandIn.__name__ = st.name.capitalize()
     return StandIn
 
 
-def _pre(batch):
-    time.sleep(0.002 * len(batch["id"]))
+def _pre(batch, row_bytes: int = 0):
+    import numpy as np
+
+    n = len(batch["id"])
+    time.sleep(0.002 * n)
+    if row_bytes:
+        batch["pad"] = np.ones((n, row_bytes), dtype=np.uint8)
     return batch
 
 
@@ -159,13 +182,17 @@ def build(sc: Scenario, policy: str, pid_dir: str):
     import ray
     from ray.data import ActorPoolStrategy
 
-    ds = ray.data.range(sc.rows, override_num_blocks=sc.rows // sc.block_rows).map_batches(_pre, num_cpus=1)
-    for st in sc.stages:
+    ds = ray.data.range(sc.rows, override_num_blocks=sc.rows // sc.block_rows).map_batches(
+        _pre, num_cpus=1, fn_kwargs={"row_bytes": sc.row_bytes})
+    for i, st in enumerate(sc.stages):
         size = max(1, st.max_replicas // 2)
         pool = ActorPoolStrategy(size=size) if policy == "static" else ActorPoolStrategy(min_size=1,
                                                                                          max_size=st.max_replicas)
-        ds = ds.map_batches(stage_class(st, sc.rows, pid_dir), compute=pool, num_gpus=st.num_gpus,
-                            batch_size=st.batch_size)
+        ds = ds.map_batches(stage_class(st, sc.rows, pid_dir, last=i == len(sc.stages) - 1), compute=pool,
+                            num_gpus=st.num_gpus, batch_size=st.batch_size)
+    if sc.object_store_mb is not None:
+        ds.context.execution_options.resource_limits = ds.context.execution_options.resource_limits.copy(
+            object_store_memory=int(sc.object_store_mb * 2**20))
     return ds
 
 

@@ -39,10 +39,20 @@ MIN_TYPED_TASKS = 4
 
 
 def typed_rates(tr: OperatorTrack, key: ConfigKey, min_busy_s: float) -> dict[str, float]:
-    """Output rows per busy replica-second of an unpinned pool on each accelerator type its
-    actors ran on since the regime began (:attr:`OperatorSnapshot.by_type`): its finished tasks
-    there times its rows per task, over its busy time there."""
+    """Output rows per busy replica-second of an unpinned pool on each accelerator type it has
+    actors on now (:attr:`OperatorSnapshot.by_type`): its finished tasks there times its rows per
+    task, over its busy time there; every type over the same span, the last stretch since the
+    regime began in which each of them had actors. A type measured at another time says nothing
+    of its speed: on the long-shift scenario a type the pool left in the first phase measured
+    half as fast as the other type in the second, and the pool was pinned to one type's GPUs."""
     snaps = [o for t, o in tr.snaps if t >= tr.since_s(key) and key_of(o.config) == key and o.by_type]
+    if len(snaps) < 2:
+        return {}
+    live = {u.accelerator_type for u in snaps[-1].by_type if u.actors}
+    start = len(snaps) - 1
+    while start > 0 and live <= {u.accelerator_type for u in snaps[start - 1].by_type if u.actors}:
+        start -= 1
+    snaps = snaps[start:]
     if len(snaps) < 2:
         return {}
     first, last = snaps[0], snaps[-1]
@@ -53,6 +63,8 @@ def typed_rates(tr: OperatorTrack, key: ConfigKey, min_busy_s: float) -> dict[st
     before = {u.accelerator_type: u for u in first.by_type}
     out = {}
     for u in last.by_type:
+        if u.accelerator_type not in live:
+            continue
         b = before.get(u.accelerator_type)
         n = u.tasks_finished - (b.tasks_finished if b else 0)
         busy = u.busy_s - (b.busy_s if b else 0.0)

@@ -1,0 +1,27 @@
+"""The scenario suite's calibration: phases of a regime shift, scaling, the work bound (pure)."""
+import pytest
+
+from trident.demos.suite import Stage, scenarios, work_bound_s
+
+
+def test_a_batch_costs_each_row_at_its_phase():
+    st = Stage("detect", (0.02, 0.08, 0.02, 0.08), fixed_s=0.5, speed={"B": 2.0})
+    assert st.batch_s([10, 0, 0, 10], "A") == pytest.approx(0.5 + 10 * 0.02 + 10 * 0.08)
+    assert st.batch_s([0, 20, 0, 0], "B") == pytest.approx((0.5 + 20 * 0.08) / 2.0)
+
+
+def test_scaling_keeps_the_scenario_and_whole_blocks():
+    for sc in scenarios().values():
+        assert len({len(st.per_row_s) for st in sc.stages}) == 1, sc.name  # the stages agree on the phases
+        small = sc.scaled(0.25)
+        assert small.rows % small.block_rows == 0 and small.rows < sc.rows
+        assert (small.stages, small.row_bytes, small.object_store_mb, small.memory_limit_mb) == \
+            (sc.stages, sc.row_bytes, sc.object_store_mb, sc.memory_limit_mb)
+
+
+def test_the_work_bound_takes_the_best_split_in_every_phase():
+    sc = scenarios()["long-shift"]
+    per_phase = sc.rows / 4
+    # 8 slots of 0.5 GPU: the cheap stage on 2, the costly one on 6, in every phase
+    assert work_bound_s(sc) == pytest.approx(4 * per_phase * 0.08 / 6)
+    assert sc.object_store_mb and sc.row_bytes  # queues between the stages are bounded by the object store
