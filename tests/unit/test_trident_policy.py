@@ -638,3 +638,27 @@ def test_a_reconfiguration_is_measured_only_once_its_own_tasks_finish():
     assert tr.settling_at is not None
     observer.observe(op(26, batch=64, heap=899, tasks=23), 26.0)  # a batch-64 task finished
     assert tr.settling_at is None and tr.heap[new] == 899 * MiB
+
+
+def test_a_batch_size_trial_runs_only_when_it_pays_for_itself():
+    """Batch 8, 16 and 32 measured at 7.5, 13.8 and 18.6 rows/s per replica (1.06, 1.16, 1.72 s per
+    batch): the line through the two largest puts batch 64 at 2.8 s, 0.7x of 32 on 7 replicas when
+    run on 4, and batch 128 on 7 only 1.36x. With 66 s left neither pays for a swap of two 6 s cold
+    starts; with 600 s left the step toward 128 does. A step whose own gain pays is always run."""
+    from trident.optimize import Knobs, Observation
+    from trident.optimize.safe_bo import Suggestion
+    from trident.policies.trident.tuner import _affine_gain, _not_paying
+
+    obs = [Observation(knobs=Knobs(b, c, "gpu"), throughput_rows_per_s=r * c, memory_per_replica_bytes=0.5 * GiB)
+           for b, r in ((8, 7.55), (16, 13.75), (32, 18.6)) for c in (4, 7)]
+    best = max(obs, key=lambda o: o.throughput_rows_per_s)
+    t64 = 32 / 18.6 + 32 * (32 / 18.6 - 16 / 13.75) / 16  # seconds per batch of 64 on the line
+    assert _affine_gain(obs, Knobs(64, 4, "gpu"), best) == pytest.approx(64 / t64 * 4 / (7 * 18.6) - 1)
+    step = Suggestion(knobs=Knobs(64, 4, "gpu"), reason="", expected_improvement=0.31, goal=Knobs(128, 7, "gpu"),
+                      goal_improvement=1.58)
+    why = _not_paying(step, obs, best, left_s=66.0, cost_s=12.6)
+    assert "batch 64 x4" in why and "toward batch 128 x7" in why, why
+    assert _not_paying(step, obs, best, left_s=600.0, cost_s=12.6) == ""
+    direct = Suggestion(knobs=Knobs(48, 7, "gpu"), reason="", expected_improvement=0.2)
+    assert _affine_gain(obs, direct.knobs, best) > 0.1 and _not_paying(direct, obs, best, left_s=66.0, cost_s=6.3) == ""
+    assert _affine_gain(obs[:2], step.knobs, best) == float("inf")  # one batch measured: no line to cap the optimiser

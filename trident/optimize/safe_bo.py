@@ -62,7 +62,10 @@ class Suggestion:
 
     ``memory_ucb_bytes`` is the operator's memory upper bound at ``knobs`` (``None`` when
     assumed safe without a model); ``safe_candidates`` counts the unevaluated safe set;
-    ``converged`` is True when ``knobs`` is the best observation, not a new trial.
+    ``converged`` is True when ``knobs`` is the best observation, not a new trial;
+    ``expected_improvement`` is the relative gain expected of ``knobs`` itself over the best
+    observation (for a step that expands the safe set, of the step, not of its goal); ``goal``
+    and ``goal_improvement``: what a step that expands the safe set aims at, and its gain.
     """
 
     knobs: Knobs
@@ -71,6 +74,9 @@ class Suggestion:
     memory_ucb_bytes: float | None = None
     safe_candidates: int = 0
     converged: bool = False
+    expected_improvement: float = 0.0
+    goal: Knobs | None = None
+    goal_improvement: float = 0.0
 
 
 class SafeBayesOpt:
@@ -218,6 +224,7 @@ class SafeBayesOpt:
         i = int(safe_idx[np.argmax(log_ei[safe_idx])])
         goal, expander = self._expansion(candidates, is_safe, lower <= self.memory_limit_bytes, log_ei, observations)
         threshold = math.log(self.min_improvement)
+        g = None
         if goal is not None and log_ei[goal] > max(log_ei[i], threshold):
             g, i = candidates[goal], expander
             why = (
@@ -239,6 +246,9 @@ class SafeBayesOpt:
             predicted_throughput_rows_per_s=float(math.exp(mu[i])),
             memory_ucb_bytes=u if math.isfinite(u) else None,
             safe_candidates=len(safe_idx),
+            expected_improvement=float(math.exp(log_ei[i])),
+            goal=g,
+            goal_improvement=float(math.exp(log_ei[goal])) if g is not None else 0.0,
         )
 
     def _expansion(

@@ -149,8 +149,10 @@ class TridentPolicy:
             self._bound(ops, {o.name: o.config.replicas for o in ops if self._estimated(o, planning)}, "the plan")
             trial = tuner.next_batch_size(snap, ops, prob, planning.rates, self.tracks, self.settings,
                                           self.context.seed)
-            if trial is not None:
+            if isinstance(trial, tuner.Trial):
                 return self._trial(trial, snap, now, notes + [result.reason])
+            if trial is not None:
+                notes.append(trial)
             return Decision(time_s=now, reason=f"keep: {result.reason}", notes=tuple(notes), kind="keep")
         targets = problem.targets(ops, result.allocation)
         tuner_before = self._tuner_state()
@@ -218,6 +220,7 @@ class TridentPolicy:
         before = self._tuner_state()
         trial = tuner.next_batch_size(after, [after.operator(o.name) for o in ops], replace(prob, current=alloc),
                                       planning.rates, self.tracks, self.settings, self.context.seed)
+        trial = trial if isinstance(trial, tuner.Trial) else None
         # the tuner saw the planned pool: what fits is judged beside the actors running now
         n = self._beside(snap, trial) if trial is not None and trial.target.name in grown else 0
         if trial is None or n < max(math.ceil(trial.target.replicas / 2),

@@ -69,6 +69,9 @@ class TridentSettings:
     """Batch sizes the optimiser may try per operator and regime (0 disables it)."""
     bo_min_remaining_s: float = 60.0
     """Remaining work (seconds at the current rate) below which no batch size is tried."""
+    bo_trial_cold_starts: float = 2.0
+    """What a batch-size trial costs, in cold starts of the operator: it is tried only when the
+    relative gain the optimiser expects of it, times the work left (seconds), is at least that."""
     bo_swap: bool = True
     """Try a batch size also when the pool's GPUs or the memory limit leave no room for new
     replicas beside the old ones, by swapping old replicas for new ones half the pool at a time
@@ -92,6 +95,8 @@ class TridentSettings:
                               "0 < downscale_util < upscale_util")
         if self.shift_ratio <= 1 or self.shift_windows < 1:
             raise ConfigError("shift_ratio/shift_windows", (self.shift_ratio, self.shift_windows), "> 1, >= 1")
+        if self.bo_trial_cold_starts < 0:
+            raise ConfigError("bo_trial_cold_starts", self.bo_trial_cold_starts, "a number >= 0")
         if self.min_dwell_s < 0 or self.dwell_cold_starts < 0 or self.hysteresis < 0 or self.memory_margin < 0:
             raise ConfigError("min_dwell_s/dwell_cold_starts/hysteresis/memory_margin",
                               (self.min_dwell_s, self.dwell_cold_starts, self.hysteresis, self.memory_margin),
