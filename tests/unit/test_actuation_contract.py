@@ -98,12 +98,9 @@ def test_pool_targets_are_applied_to_the_contract(case, actuate):
     assert done == case.done, f"once the drained work is done: {done}"
 
 
-def _swap_shim(n: int) -> list[tuple[int, int, int]]:
-    """A swap of ``n`` busy actors on the shim's rolling update: (old serving, new running,
-    starting) after each step, drained actors finishing and new ones coming up between steps."""
+def _fake_op(n: int):
+    """A stand-in for an actor operator with ``n`` busy actors (started actors stay pending)."""
     from dataclasses import dataclass as _dc
-
-    from trident.ray_data.rollout import Rollout
 
     @_dc
     class Cfg:
@@ -120,7 +117,6 @@ def _swap_shim(n: int) -> list[tuple[int, int, int]]:
 
     pool = FakePool({f"old{i}": 2 for i in range(n)})
     pool._pending_actors, pool._config = {}, Cfg()
-    made = []
 
     def scale(req, _orig=pool.scale):
         if req.delta > 0:
@@ -129,7 +125,17 @@ def _swap_shim(n: int) -> list[tuple[int, int, int]]:
         return _orig(req)
 
     pool.scale = scale
-    roll = Rollout(op=Op(pool), target=OperatorTarget(name="m", replicas=n, swap=True), size=n)
+    return Op(pool), pool
+
+
+def _swap_shim(n: int) -> list[tuple[int, int, int]]:
+    """A swap of ``n`` busy actors on the shim's rolling update: (old serving, new running,
+    starting) after each step, drained actors finishing and new ones coming up between steps."""
+    from trident.ray_data.rollout import Rollout
+
+    op, pool = _fake_op(n)
+    made = []
+    roll = Rollout(op=op, target=OperatorTarget(name="m", replicas=n, swap=True), size=n)
     seen = []
     for step in range(40):
         roll.step(float(step))
@@ -174,3 +180,20 @@ def test_a_swap_replaces_old_replicas_half_the_pool_at_a_time_on_the_simulator()
             break
     assert all(g.batch_size == 20 for g in st.groups) and serving[-1] == 8, st.groups
     assert min(serving) >= 8 - 4  # half the pool draining or starting at most
+
+
+def test_a_surge_waits_for_slow_cold_starts_before_it_swaps():
+    """New actors that take long to start are not cancelled for a swap before three of the run's
+    observed cold starts (at least 15 s) have passed; then the update goes on as a swap."""
+    from trident.ray_data.rollout import Rollout, pending_guard_s
+
+    assert pending_guard_s(None) == 15.0 and pending_guard_s(2.0) == 15.0 and pending_guard_s(12.0) == 36.0
+    op, pool = _fake_op(4)
+    roll = Rollout(op=op, target=OperatorTarget(name="m", num_gpus=1.0, replicas=4), size=4,
+                   pending_guard_s=pending_guard_s(12.0))
+    roll.step(0.0)
+    assert pool.pending == 4 and not roll.target.swap  # the surge: 4 new actors starting beside the 4 old
+    roll.step(30.0)
+    assert pool.pending == 4 and not roll.target.swap and not pool.trident_retiring
+    notes = roll.step(37.0)
+    assert roll.target.swap and any("swapping instead" in n for n in notes), notes

@@ -25,6 +25,19 @@ from trident.ray_data.metrics import ACCELERATOR_PREFIX
 from trident.types import OperatorTarget
 
 
+PENDING_GUARD_S = 15.0
+"""Seconds a surge waits at least for its first new actor before the update goes on as a swap."""
+PENDING_GUARD_COLD_STARTS = 3.0
+"""... or this many of the run's last observed cold start, when longer: on a loaded 2-core
+machine 6 actors starting at once took 30 s, and a swap at 15 s cancelled them and started them
+again (the batch-size scenario's first plan reached its target 62 s after it was made)."""
+
+
+def pending_guard_s(cold_start_s: float | None) -> float:
+    """How long a surge waits for its first new actor, given the last observed cold start (s)."""
+    return max(PENDING_GUARD_S, PENDING_GUARD_COLD_STARTS * (cold_start_s or 0.0))
+
+
 def with_retiring(pool: Any) -> Any:
     """Give ``pool`` a ``trident_retiring`` set whose actors never get new tasks."""
     if hasattr(pool, "trident_retiring"):
@@ -155,7 +168,7 @@ def with_batch_size(transformer: Any, batch_size: int) -> Any:
 class Rollout:
     """One rolling update of one actor operator (new actors first, old drained then released)."""
 
-    def __init__(self, *, op: Any, target: OperatorTarget, size: int, pending_guard_s: float = 15.0,
+    def __init__(self, *, op: Any, target: OperatorTarget, size: int, pending_guard_s: float = PENDING_GUARD_S,
                  node_type: dict[str, str] | None = None, type_only: bool = False) -> None:
         """``type_only``: the update changes the accelerator type and nothing else, so old actors
         already on a node of that type are kept (they are what a new actor would be)."""

@@ -246,7 +246,7 @@ class ExecutionShim:
                          applied=applied)
         if target.needs_rollout and self._differs(op, target):
             if applied:
-                from trident.ray_data.rollout import Rollout
+                from trident.ray_data.rollout import Rollout, pending_guard_s
 
                 size = self.pool_targets.get(op, pool.current_size())
                 if op in self.rollouts:
@@ -255,7 +255,7 @@ class ExecutionShim:
                 type_only = (target.batch_size in (None, current.batch_size)
                              and target.num_gpus in (None, current.num_gpus))
                 self.rollouts[op] = Rollout(op=op, target=target, size=size, node_type=self.builder.cluster.node_type,
-                                            type_only=type_only)
+                                            type_only=type_only, pending_guard_s=pending_guard_s(self.run.rewarm_s))
             change = ", ".join(f"{k}={v}" for k, v in (("batch_size", target.batch_size), ("num_gpus", target.num_gpus),
                                                        ("accelerator_type", target.accelerator_type)) if v is not None)
             self._action(now, target.name, "rollout_started", f"rolling update to {change}", applied=applied)
