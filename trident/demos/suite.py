@@ -3,8 +3,8 @@ user's static setup, Ray Data's autoscaler, DS2 and trident side by side, with t
 
 Every stage is a calibrated stand-in on logical GPUs: a batch sleeps ``fixed_s + per_row_s x
 rows`` (the per-row cost may differ by row position, in equal phases of the rows, for a regime
-shift, and by the node's accelerator type) and holds ``base_mb + per_row_mb x rows`` MiB for the largest batch it has run
-(kept between batches, as a framework's caching allocator keeps its peak). The cluster is a
+shift, and by the node's accelerator type) and holds ``base_mb + per_row_mb x rows`` MiB for the
+largest batch it has run (kept between batches, as a framework's caching allocator keeps its peak). The cluster is a
 ``ray.cluster_utils.Cluster``: a CPU head and two GPU nodes of types A and B. A watchdog plays the
 OOM killer for the stand-ins' summed memory (as in :mod:`trident.demos.bench`).
 

@@ -146,7 +146,8 @@ def _not_paying(sug, obs, best, left_s: float, cost_s: float) -> str:
         if goal * (left_s - cost_s) >= 2 * cost_s:
             return ""
         what += f" (toward batch {sug.goal.batch_size} x{sug.goal.concurrency}, {goal:+.0%})"
-    return f"a trial of {what} is expected to gain {gain:+.0%} over {left_s:.0f} s left, not the {cost_s:.0f} s it costs"
+    return (f"a trial of {what} is expected to gain {gain:+.0%} over {left_s:.0f} s left, "
+            f"not the {cost_s:.0f} s it costs")
 
 
 def _affine_gain(obs, knobs, best) -> float:
