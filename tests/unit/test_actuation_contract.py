@@ -185,7 +185,8 @@ def test_a_swap_replaces_old_replicas_half_the_pool_at_a_time_on_the_simulator()
 def test_a_surge_waits_for_slow_cold_starts_before_it_swaps():
     """New actors that take long to start are not cancelled for a swap before three of the run's
     observed cold starts (at least 15 s) have passed; then the update goes on as a swap."""
-    from trident.ray_data.rollout import Rollout, pending_guard_s
+    from trident.plan.rollout import pending_guard_s
+    from trident.ray_data.rollout import Rollout
 
     assert pending_guard_s(None) == 15.0 and pending_guard_s(2.0) == 15.0 and pending_guard_s(12.0) == 36.0
     op, pool = _fake_op(4)

@@ -87,6 +87,20 @@ class RolloutInputs:
             raise ConfigError("remaining_rows", self.remaining_rows, "None or rows >= 0")
 
 
+PENDING_GUARD_S = 15.0
+"""Seconds a rolling update's surge waits at least for its first new actor before it goes on as a
+swap (:class:`trident.ray_data.rollout.Rollout`; the fluid simulator waits as long for room for one)."""
+PENDING_GUARD_COLD_STARTS = 3.0
+"""... or this many of the run's last observed cold start, when longer: on a loaded 2-core
+machine 6 actors starting at once took 30 s, and a swap at 15 s cancelled them and started them
+again (the batch-size scenario's first plan reached its target 62 s after it was made)."""
+
+
+def pending_guard_s(cold_start_s: float | None) -> float:
+    """How long a surge waits for its first new actor, given the last observed cold start (s)."""
+    return max(PENDING_GUARD_S, PENDING_GUARD_COLD_STARTS * (cold_start_s or 0.0))
+
+
 def swap_window(size: int, old: int) -> int:
     """Actors leaving or starting at once in a swap (a rolling update without room for new
     actors beside the old ones): half the larger of the target size and the old actors left,

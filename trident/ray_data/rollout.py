@@ -20,22 +20,9 @@ from typing import Any
 from ray.data._internal.actor_autoscaler import ActorPoolScalingRequest, _get_max_scale_up
 from ray.data._internal.execution.interfaces import ExecutionResources
 
-from trident.plan.rollout import swap_window
+from trident.plan.rollout import PENDING_GUARD_S, swap_window
 from trident.ray_data.metrics import ACCELERATOR_PREFIX
 from trident.types import OperatorTarget
-
-
-PENDING_GUARD_S = 15.0
-"""Seconds a surge waits at least for its first new actor before the update goes on as a swap."""
-PENDING_GUARD_COLD_STARTS = 3.0
-"""... or this many of the run's last observed cold start, when longer: on a loaded 2-core
-machine 6 actors starting at once took 30 s, and a swap at 15 s cancelled them and started them
-again (the batch-size scenario's first plan reached its target 62 s after it was made)."""
-
-
-def pending_guard_s(cold_start_s: float | None) -> float:
-    """How long a surge waits for its first new actor, given the last observed cold start (s)."""
-    return max(PENDING_GUARD_S, PENDING_GUARD_COLD_STARTS * (cold_start_s or 0.0))
 
 
 def with_retiring(pool: Any) -> Any:

@@ -246,7 +246,8 @@ class ExecutionShim:
                          applied=applied)
         if target.needs_rollout and self._differs(op, target):
             if applied:
-                from trident.ray_data.rollout import Rollout, pending_guard_s
+                from trident.plan.rollout import pending_guard_s
+                from trident.ray_data.rollout import Rollout
 
                 size = self.pool_targets.get(op, pool.current_size())
                 if op in self.rollouts:

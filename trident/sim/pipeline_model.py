@@ -6,12 +6,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from trident.errors import ConfigError
+from trident.plan.rollout import PENDING_GUARD_S  # noqa: F401 - the simulator waits as the shim does
 from trident.types import ClusterView
 
 CPU = "cpu"
-PENDING_GUARD_S = 15.0
-"""Seconds a rolling update waits for a new replica to start before it goes on as a swap (as
-:class:`trident.ray_data.rollout.Rollout`)."""
 
 
 @dataclass(frozen=True)
