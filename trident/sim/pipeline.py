@@ -34,10 +34,10 @@ import numpy as np
 from trident.control.loop import ControlLoop
 from trident.control.policy import Policy, PolicyContext
 from trident.errors import ConfigError
+from trident.plan.rollout import PENDING_GUARD_S  # noqa: F401 - a public name of the simulator
 from trident.sim.pipeline_actuation import Actuation, _Group, _OpState
 from trident.sim.pipeline_model import (  # noqa: F401 - the public names of the simulator
     CPU,
-    PENDING_GUARD_S,
     PipelineSpec,
     Regime,
     SimNodes,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from trident.plan.rollout import swap_window
-from trident.sim.pipeline_model import PENDING_GUARD_S, SimOperator
+from trident.plan.rollout import PENDING_GUARD_S, swap_window
+from trident.sim.pipeline_model import SimOperator
 from trident.types import OperatorTarget
 
 

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from trident.errors import ConfigError
-from trident.plan.rollout import PENDING_GUARD_S  # noqa: F401 - the simulator waits as the shim does
 from trident.types import ClusterView
 
 CPU = "cpu"

@@ -93,14 +93,13 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
                       fixed_memory_bytes=float(others))
     cost_s = settings.bo_trial_cold_starts * estimates.cold_start_s(tr, o, settings)
     with single_threaded():
-        sug = bo.suggest(obs)
+        sug, best = bo.suggest(obs), bo.best(obs)
         why = ""
         if not sug.converged and tr.bo_tried >= settings.bo_trials:
             why = f"{settings.bo_trials} trial(s) spent"
         elif not sug.converged and left_s is not None:
-            why = _not_paying(sug, obs, bo.best(obs), left_s, cost_s)
+            why = _not_paying(sug, obs, best, left_s, cost_s)
         if why:  # no trial: the best safe configuration measured
-            best = bo.best(obs)
             sug = replace(sug, knobs=best.knobs if best else sug.knobs, converged=True,
                           reason=f"{why}; the best safe configuration measured")
         bb = sug.knobs.batch_size
