@@ -37,6 +37,19 @@ def test_changes_name_targets_and_reasons_and_count_inner_moves():
     assert len(changes(r, limit=1)) == 2  # one line, then how many more
 
 
+def test_a_plan_revisited_after_a_regime_change_says_what_it_kept():
+    r = record()
+    e = r.executions[0]
+    op = "MapBatches(Embed)"
+    e.decisions = [Decision(time_s=3.0, reason="change: rows/s 40 -> 4", regime_changes=(op,), kind="observe"),
+                   Decision(time_s=4.0, reason="keep: the current plan is already optimal (optimal)", kind="keep"),
+                   Decision(time_s=9.0, reason="keep: the current plan is already optimal (optimal)", kind="keep")]
+    lines = changes(r)
+    assert "data changed at Embed" in lines[0]
+    assert lines[1].strip().startswith("4.5 s") and "keep: Embed x1 kept: the current plan is already optimal" in lines[1]
+    assert len(lines) == 2  # the later keep is not a revisit
+
+
 def test_no_change_is_said_plainly():
     r = record()
     r.executions[0].decisions = [replace(d, plan=None) for d in r.executions[0].decisions]

@@ -294,6 +294,32 @@ def test_a_stalled_pool_ends_its_regime_one_window_after_the_stall():
     assert len(notes) == 1  # one regime change per stall
 
 
+def test_a_stall_after_cheap_rows_ends_the_regime_on_the_busy_time_rate():
+    """The demo's OCR pool: text pages pass through it in 50 ms (busy 5% of the
+    time, so no rate window measures it), then a scanned page holds a task for many seconds. The
+    busy-time rate is the reference: the stall ends the regime one window in, and the plan's
+    remaining work rests on the bound, not on the text pages' rate."""
+    policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5 * GiB, seed=0),
+                           settings=TridentSettings(bo_trials=0))
+    stall_at, notes = 20.0, []
+    for k in range(32):
+        t = float(k)
+        done = min(k, int(stall_at))
+        snap = _ocr_at(_ray_like(t, ocr_replicas=1, ocr_out=0, embed_out=0, total=400),
+                       rows_out_total=4 * done, rows_in_done_total=4 * done, tasks_finished=done,
+                       busy_s=0.05 * done, input_queue_blocks=400 - 4 * done, rows_in_total=4 * done + 8)
+        d = policy.step(snap, t)
+        notes += [(t, n) for n in d.notes if "no task finished" in n]
+    tr = policy.tracks["ocr"]
+    assert notes, f"the stall was never noticed (rates {tr.rates})"
+    first_t, first = notes[0]
+    assert first_t - stall_at <= policy.settings.rate_window_s + 1.0, first
+    assert "was 80" in first, first  # 4 rows per 0.05 busy s
+    assert tr.regime_start_s == stall_at
+    est = estimates.rate(tr, snap.operators[1], (1, "gpu", 1.0), policy.settings)
+    assert est.rows_per_s == pytest.approx(4 / (31 - stall_at)) and est.source == "stall bound"
+
+
 def test_a_confirmed_heap_estimate_lets_the_next_plan_come_before_the_dwell_ends():
     """The first plan keeps the full memory margin (4 replicas fit); once the heap stands on
     enough replica samples the margin shrinks and the fifth replica is planned at once, not

@@ -104,7 +104,7 @@ class DemoResult:
     notes: list[str] = field(default_factory=list)
 
 
-PDF_SIZES = {"full": {"text_docs": 40, "scanned_docs": 16, "scanned_pages": 2},
+PDF_SIZES = {"full": {"text_docs": 60, "scanned_docs": 10, "scanned_pages": 2},
              "small": {"text_docs": 6, "scanned_docs": 2, "scanned_pages": 1}}
 """The demo's corpus: text documents first, then scanned ones (``--small`` for a quick run)."""
 VIDEO_SIZES = {"full": {"clips": 8}, "small": {"clips": 2}}

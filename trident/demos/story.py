@@ -70,15 +70,23 @@ def _why(reason: str, kind: str) -> str:
 
 def changes(record: RunRecord, *, limit: int = 8) -> list[str]:
     """What trident changed and why, one line each (at most ``limit``): regime changes, plans,
-    re-plans and batch-size trials with their targets, and a count of the inner loop's moves."""
+    re-plans and batch-size trials with their targets, what a plan revisited after a regime
+    change kept, and a count of the inner loop's moves."""
     lines: list[str] = []
     inner = 0
     for e in record.executions:
         replicas = {op.name: op.config.replicas for op in (e.snapshots[0].operators if e.snapshots else ())}
+        revisiting = False
         for d in e.decisions:
             t = e.started_at_s + d.time_s
             for op in d.regime_changes:
                 lines.append(f"{t:6.1f} s  data changed at {short_name(op)}: new regime, plan revisited")
+                revisiting = True
+            if d.kind == "keep" and revisiting:  # the revisited plan's outcome: nothing worth changing
+                kept = ", ".join(f"{short_name(n)} x{r}" for n, r in replicas.items() if r is not None)
+                lines.append(f"{t:6.1f} s  keep: {kept or 'targets'} kept: {_why(d.reason, d.kind)}")
+            if d.kind in CHANGE_KINDS or d.kind == "keep":
+                revisiting = False
             if d.plan is None:
                 continue
             if d.kind not in CHANGE_KINDS:

@@ -8,7 +8,7 @@ from trident.errors import ConfigError
 from trident.model.features import ConfigFeatures
 from trident.policies.trident.records import ConfigKey, Estimate, key_of
 from trident.policies.trident.settings import TridentSettings
-from trident.policies.trident.tracking import OperatorTrack, busy_of
+from trident.policies.trident.tracking import OperatorTrack, busy_of, busy_rate
 from trident.types import OperatorSnapshot, Snapshot
 
 
@@ -16,22 +16,6 @@ def is_sink(op: OperatorSnapshot) -> bool:
     """A Write operator: it emits one row per block written, not data rows, so the pipeline's
     rate and its remaining work are taken before it."""
     return op.name.split("(")[0].split("->")[-1].startswith("Write")
-
-
-def busy_rate(tr: OperatorTrack, key: ConfigKey, min_busy_s: float) -> float | None:
-    """Output rows per busy replica-second of ``key`` since the regime began (from the first
-    finished tasks on), or ``None`` with less than ``min_busy_s`` of busy time."""
-    snaps = [o for t, o in tr.snaps if t >= tr.since_s(key) and key_of(o.config) == key and busy_of(o) is not None]
-    if len(snaps) < 2:
-        return None
-    first, last = snaps[0], snaps[-1]
-    busy = busy_of(last) - busy_of(first)
-    if first.rows_out_total == 0 and busy_of(first) == 0:  # the regime began with the execution
-        busy = busy_of(last)
-    rows = last.rows_out_total - first.rows_out_total
-    if busy < min_busy_s or rows <= 0:
-        return None
-    return rows / busy
 
 
 MIN_TYPED_TASKS = 4

@@ -221,8 +221,10 @@ class Observer:
     def _check_stall(self, tr: OperatorTrack, op: OperatorSnapshot, key: ConfigKey, t: float) -> list[str]:
         """Censored evidence: while no task of a working operator finishes, each replica makes at
         most (rows per task) / (seconds stalled). Once that bound falls ``shift_ratio`` below the
-        rate the configuration was measured (or planned) at, the regime ends at the stall's start
-        and the bound stands as its first rate sample, tightened while the stall lasts."""
+        rate the configuration was measured (or planned) at - or, for a pool that idled too much
+        for a rate window (busy under a fifth of the time), its busy-time rate - the regime ends
+        at the stall's start and the bound stands as its first rate sample, tightened while the
+        stall lasts."""
         replicas = op.actors_running if op.config.kind == "actor" else op.tasks_running
         if op.tasks_running == 0 or op.actors_pending > 0 or op.backpressured:
             tr.stall = None
@@ -247,8 +249,10 @@ class Observer:
             ref = float(np.median(measured))
         elif planned is not None and planned.key == key:
             ref = planned.rows_per_s
-        else:
-            return []
+        else:  # cheap rows on a mostly idle pool: no window measured it, its busy time did
+            ref = busy_rate(tr, key, self.settings.min_busy_s)
+            if ref is None:
+                return []
         if bound * self.settings.shift_ratio >= ref:
             return []
         ev = ChangeEvent(signal=f"{tr.name} rows/s per replica", index=len(measured), changed_at_s=st.since_s,
@@ -357,6 +361,22 @@ def busy_of(op: OperatorSnapshot) -> float | None:
     """Replica-seconds of ``op``'s finished tasks to plan with: a task operator's slot time
     (its per-task overheads hold the slot too), an actor's busy time."""
     return op.slot_s if op.config.kind == "task" and op.slot_s is not None else op.busy_s
+
+
+def busy_rate(tr: OperatorTrack, key: ConfigKey, min_busy_s: float) -> float | None:
+    """Output rows per busy replica-second of ``key`` since the regime began (from the first
+    finished tasks on), or ``None`` with less than ``min_busy_s`` of busy time."""
+    snaps = [o for t, o in tr.snaps if t >= tr.since_s(key) and key_of(o.config) == key and busy_of(o) is not None]
+    if len(snaps) < 2:
+        return None
+    first, last = snaps[0], snaps[-1]
+    busy = busy_of(last) - busy_of(first)
+    if first.rows_out_total == 0 and busy_of(first) == 0:  # the regime began with the execution
+        busy = busy_of(last)
+    rows = last.rows_out_total - first.rows_out_total
+    if busy < min_busy_s or rows <= 0:
+        return None
+    return rows / busy
 
 
 def _progress(op: OperatorSnapshot) -> int:
