@@ -357,6 +357,34 @@ def test_a_pool_whose_input_is_all_handed_out_is_not_scaled_up():
         assert d.plan is None or all(x.name != "ocr" or (x.replicas or 1) <= 1 for x in d.plan.targets), d.reason
 
 
+def test_a_first_estimate_does_not_shrink_a_backlogged_pool_in_its_first_regime_only():
+    """4 replicas of ocr, every slot busy and input queued, its rate known only from busy time:
+    the plan may not shrink it in its first regime (first tasks can be unrepresentative); after
+    a detected change the same estimate may (the windows that showed the change measured it)."""
+    from trident.detect.changepoint import ChangeEvent
+
+    policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5 * GiB, seed=0),
+                           settings=TridentSettings(bo_trials=0))
+    for k in range(8):
+        t = float(k)
+        snap = _ocr_at(_ray_like(t, ocr_replicas=4, ocr_out=4 * k, embed_out=0, total=400),
+                       tasks_in_flight=8, tasks_running=8, busy_s=4.0 * k)
+        policy.step(snap, t)
+    ops = problem.plannable(snap)
+    tr = policy.tracks["ocr"]
+
+    def ocr_spec():
+        planning = problem.build(snap, ops, policy.tracks, policy.settings, 5 * GiB)
+        assert planning.rates["ocr"].source == "busy time", planning.rates
+        return next(s for s in planning.problem.operators if s.name == "ocr")
+
+    assert ocr_spec().min_replicas == 4
+    policy.observer.new_regime(tr, ChangeEvent(signal="ocr rows/s per replica", index=0, changed_at_s=1.0,
+                                               detected_at_s=7.0, mean_before=4.0, mean_after=1.0,
+                                               samples_since_change=2, reason="test"))
+    assert ocr_spec().min_replicas == 1
+
+
 def test_a_memory_limit_below_one_replica_is_said_plainly_and_nothing_grows():
     """410 MiB per replica measured, a 200 MB limit: no plan can meet it; the policy says so and
     holds the pool at its minimum instead of reporting a solver failure."""

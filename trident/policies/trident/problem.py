@@ -95,7 +95,7 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
             rate_in = rate_out / sels[i]
             if o.config.replicas is None:  # an uncapped task operator takes the CPUs it needs, no more
                 lo, hi = 1, None
-            elif source == "busy time" and _backlogged(o):
+            elif source == "busy time" and _backlogged(o) and not tr.regime_start_s:
                 lo = max(lo or 0, replicas)  # Ray's rule would keep it: a first estimate does not shrink it
         if o.input_queue_blocks == 0 and all(u.completed for u in snap.operators if u.index < o.index):
             cap = max(replicas, lo or 0)  # its input is all handed out: more replicas would idle
@@ -134,9 +134,12 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
 
 def _backlogged(o: OperatorSnapshot) -> bool:
     """An actor pool whose input waits while every running slot is busy: Ray's rule never
-    shrinks it. A plan on the first tasks' busy time drained OCR from 4 replicas (3 starting)
-    to 1 on the PDF benchmark to give their memory to Embed; OCR's first pages were fast, the
-    next ones 50x slower, and it took 40 s to grow back."""
+    shrinks it, nor does a plan on its first busy-time estimate in its first regime. A plan on
+    the first tasks' busy time drained OCR from 4 replicas (3 starting) to 1 on the PDF
+    benchmark to give their memory to Embed; OCR's first pages were fast, the next ones 50x
+    slower, and it took 40 s to grow back. After a detected change the estimate rests on the
+    windows that showed it: there the floor held long-shift's Detect at 6 replicas for ~5 s a
+    shift, until its new rate was measured."""
     slots = max(1, o.config.max_concurrency) * max(o.actors_running, 1)
     return o.config.kind == "actor" and o.input_queue_blocks > 0 and o.tasks_in_flight >= slots
 
