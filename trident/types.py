@@ -33,9 +33,6 @@ class OperatorConfig:
     accelerator_type: str | None = None
     max_concurrency: int = 1
     """Tasks one actor runs at once (Ray's ``max_concurrency``; 1 for task operators)."""
-    live_batch: bool = False
-    """Whether ``batch_size`` changes on the running actors (no new actor, no cold start; see
-    :mod:`trident.ray_data.live_batch`), else only by a rolling update."""
 
     def __post_init__(self) -> None:
         if self.kind not in ("task", "actor", "other"):

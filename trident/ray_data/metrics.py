@@ -88,14 +88,7 @@ def usage_by_type(pool: Any, node_type: dict[str, str]) -> tuple[TypeUsage, ...]
 
 
 def batch_size_of(op: Any) -> int | None:
-    """The batch size of the operator's own (last) batch transform, or ``None`` (a live one's:
-    what its tasks are sent now, see :mod:`trident.ray_data.live_batch`)."""
-    from trident.ray_data.live_batch import live_fn
-
-    live = live_fn(op)
-    if live is not None:
-        size = live.batch_size_in(op.data_context)
-        return size if isinstance(size, int) else None
+    """The batch size of the operator's own (last) batch transform, or ``None``."""
     transformer = getattr(op, "_map_transformer", None)
     fns = transformer.get_transform_fns() if transformer is not None else []
     for fn in reversed(fns):
@@ -161,11 +154,9 @@ class SnapshotBuilder:
                       num_gpus=float(args.get("num_gpus") or 0.0), accelerator_type=accelerator_of(args))
         if kind == "actor":
             pool = op.get_autoscaling_actor_pools()[0]
-            from trident.ray_data.live_batch import live_fn
-
             return OperatorConfig(kind="actor", replicas=pool.current_size(), min_replicas=pool.min_size(),
                                   max_replicas=pool.max_size(), max_concurrency=int(pool.max_actor_concurrency()),
-                                  live_batch=live_fn(op) is not None, **common)
+                                  **common)
         if kind == "task":
             return OperatorConfig(kind="task", replicas=self.cap_of(op), min_replicas=1, **common)
         return OperatorConfig(kind="other", replicas=None, min_replicas=0)

@@ -19,10 +19,8 @@ from typing import Any
 
 from ray.data._internal.actor_autoscaler import ActorPoolScalingRequest, _get_max_scale_up
 from ray.data._internal.execution.interfaces import ExecutionResources
-from ray.data._internal.execution.operators.map_transformer import BatchMapTransformFn
 
 from trident.plan.rollout import PENDING_GUARD_S, swap_window
-from trident.ray_data.live_batch import live_fn, make_live, new_key, set_context_value
 from trident.ray_data.metrics import ACCELERATOR_PREFIX
 from trident.types import OperatorTarget
 
@@ -143,7 +141,7 @@ def with_batch_size(transformer: Any, batch_size: int) -> Any:
     new = copy.copy(transformer)
     fns = list(transformer.get_transform_fns())
     for i in range(len(fns) - 1, -1, -1):
-        if isinstance(fns[i], BatchMapTransformFn):
+        if type(fns[i]).__name__ == "BatchMapTransformFn":
             fn = copy.copy(fns[i])
             fn._batch_size = batch_size
             fns[i] = fn
@@ -164,10 +162,6 @@ class Rollout:
         import ray
 
         transformer = with_batch_size(op._map_transformer, target.batch_size) if target.batch_size is not None else None
-        if transformer is not None and live_fn(op) is not None:  # new actors read a key of their own
-            key = new_key(op)
-            transformer = make_live(transformer, key)
-            set_context_value(op, key, target.batch_size)
         self.op = op
         self.pending_guard_s = pending_guard_s
         self.node_type = node_type or {}

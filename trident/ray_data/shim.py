@@ -54,8 +54,6 @@ class ExecutionShim:
         self.pool_targets: dict[Any, int] = {}
         self.reach: dict[Any, tuple[int, float]] = {}
         self.rollouts: dict[Any, Any] = {}
-        self.live_pending: dict[Any, tuple[int, int]] = {}
-        """Live batch sizes waiting for a pool to shrink first: op -> (batch size, most actors)."""
         self.applied_plan_seq = 0
         self.last_observed_s = -float("inf")
         self.last_polled_s = -float("inf")
@@ -107,7 +105,6 @@ class ExecutionShim:
             ex._actor_autoscaler = self.autoscaler
             self.controlling = True
             self.record.mode = "control"
-            self._liven()
         else:
             self.record.mode = "observe"
         self.observe(force=True)
@@ -120,7 +117,6 @@ class ExecutionShim:
         for rollout in self.rollouts.values():
             rollout.abandon()
         self.rollouts.clear()
-        self.live_pending.clear()
         for op, kind in self.kinds.items():  # actors drained by a scale-down get work again
             pool = op.get_autoscaling_actor_pools()[0] if kind == "actor" else None
             if getattr(pool, "trident_retiring", None):
@@ -248,15 +244,7 @@ class ExecutionShim:
                 self.reach[op] = (want, plan.created_at_s)
             self._action(now, target.name, "pool_target", f"pool target -> {want}{clamp} ({plan.reason})", want,
                          applied=applied)
-        if self._live(op, target):
-            if applied:
-                if op in self.rollouts:
-                    self.rollouts.pop(op).abandon()
-                self._batch_live(op, target.batch_size, most=self.pool_targets.get(op, pool.current_size()))
-            else:
-                self._action(now, target.name, "batch_live", f"batch size -> {target.batch_size} on the running "
-                                                             f"actors", applied=False)
-        elif target.needs_rollout and self._differs(op, target):
+        if target.needs_rollout and self._differs(op, target):
             if applied:
                 from trident.plan.rollout import pending_guard_s
                 from trident.ray_data.rollout import Rollout
@@ -273,61 +261,6 @@ class ExecutionShim:
                                                        ("accelerator_type", target.accelerator_type)) if v is not None)
             self._action(now, target.name, "rollout_started", f"rolling update to {change}", applied=applied)
 
-    def _live(self, op: Any, target: OperatorTarget) -> bool:
-        """Whether ``target`` changes only ``op``'s batch size, and ``op``'s batch size is live."""
-        from trident.ray_data.live_batch import live_fn
-
-        current = self.builder.config(op)
-        return (live_fn(op) is not None and target.batch_size not in (None, current.batch_size)
-                and target.num_gpus in (None, current.num_gpus)
-                and target.accelerator_type in (None, current.accelerator_type))
-
-    def _batch_live(self, op: Any, batch_size: int, *, most: int) -> None:
-        """Switch ``op``'s tasks to ``batch_size`` on its running actors, or wait for the pool to
-        hold at most ``most`` actors first (:func:`~trident.ray_data.live_batch.waits`)."""
-        from trident.ray_data.live_batch import live_fn, set_context_value, waits
-        from trident.ray_data.rollout import bundle_rows
-
-        pool = op.get_autoscaling_actor_pools()[0]
-        current = self.builder.config(op).batch_size
-        name = self.names.by_op[op]
-        if waits(current, batch_size, actors=pool.current_size(), most=most):
-            self.live_pending[op] = (batch_size, most)
-            self._action(self.now_s(), name, "batch_live_waiting", f"batch size {current} -> {batch_size} once the pool "
-                                                           f"holds at most {most} actors ({pool.current_size()} now)")
-            return
-        self.live_pending.pop(op, None)
-        set_context_value(op, live_fn(op)._live_key, batch_size)
-        bundle_rows(op, batch_size)
-        self._action(self.now_s(), name, "batch_live", f"batch size {current} -> {batch_size} on the running actors",
-                     batch_size)
-
-    def _liven(self) -> None:
-        """Make each actor pool's batch transform live (:mod:`trident.ray_data.live_batch`) while
-        none of its actors runs yet: its starting actors are started again with it (nothing ran on
-        them). A pool whose actors already run keeps a fixed batch until a rolling update."""
-        import ray
-
-        from trident.ray_data.live_batch import live_fn, make_live, new_key
-        from trident.ray_data.metrics import batch_size_of
-        from trident.ray_data.rollout import resize
-
-        for op, kind in self.kinds.items():
-            if kind != "actor" or live_fn(op) is not None or batch_size_of(op) is None:
-                continue
-            pool = op.get_autoscaling_actor_pools()[0]
-            if pool._running_actors:
-                continue
-            transformer = make_live(op._map_transformer, new_key(op))
-            n = pool.num_pending_actors()
-            op._map_transformer = transformer
-            op.__dict__["_map_transformer_ref"] = ray.put(transformer)
-            while pool._pending_actors:
-                pool._try_remove_pending_actor()
-            resize(pool, size=pool.current_size(), target=n, budget=None, reason="trident: a live batch size")
-            self._action(self.now_s(), self.names.by_op[op], "batch_made_live",
-                         f"batch size {batch_size_of(op)} made live: it changes on running actors")
-
     def _differs(self, op: Any, target: OperatorTarget) -> bool:
         current = self.builder.config(op)
         return ((target.batch_size is not None and target.batch_size != current.batch_size)
@@ -343,9 +276,6 @@ class ExecutionShim:
             if self.kinds.get(op) != "actor":
                 continue
             pool = op.get_autoscaling_actor_pools()[0]
-            live = self.live_pending.get(op)
-            if live is not None and pool.current_size() <= live[1]:
-                self._batch_live(op, live[0], most=live[1])
             rollout = self.rollouts.get(op)
             if rollout is not None:
                 rollout.size = max(1, self.pool_targets.get(op, rollout.size))

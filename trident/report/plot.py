@@ -1,7 +1,7 @@
 """A run record as a PNG: throughput, replicas and worker memory per operator over time."""
 from __future__ import annotations
 
-from trident.report.record import RECONFIGURING_ACTIONS, RunRecord
+from trident.report.record import RunRecord
 
 
 def series(record: RunRecord) -> dict[str, dict[str, list[float]]]:
@@ -64,7 +64,7 @@ def plot_run(record: RunRecord, path: str) -> None:
     marked = False
     for e in record.executions:
         for a in e.actions:
-            if a.applied and a.kind in RECONFIGURING_ACTIONS:
+            if a.applied and a.kind in ("pool_target", "task_cap", "rollout_started"):
                 for ax in axes:
                     ax.axvline(e.started_at_s + a.time_s, color="grey", lw=0.6, ls=":",
                                label=None if marked or ax is not axes[1] else "reconfiguration")

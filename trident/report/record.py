@@ -22,9 +22,8 @@ class Action:
     """Something the shim did to Ray (or, in a dry run, would have done).
 
     ``kind``: ``pool_target`` | ``task_cap`` | ``target_reached`` | ``rollout_started`` |
-    ``rollout_finished`` | ``rollout_step`` | ``batch_live`` (a batch size switched on running
-    actors) | ``batch_live_waiting`` | ``batch_made_live``. ``value`` is the number involved
-    (replicas, cap, batch size, seconds to reach a target).
+    ``rollout_finished`` | ``rollout_step``. ``value`` is the number involved (replicas, cap,
+    seconds to reach a target).
     """
 
     time_s: float
@@ -148,7 +147,7 @@ def _execution(d: dict[str, Any]) -> ExecutionRecord:
         events=[Event(**e) for e in d.get("events", [])])
 
 
-RECONFIGURING_ACTIONS = ("pool_target", "task_cap", "rollout_started", "batch_live")
+RECONFIGURING_ACTIONS = ("pool_target", "task_cap", "rollout_started")
 
 
 def peak_heap_rss_per_replica(snapshots: Any) -> dict[str, int]:

@@ -127,15 +127,12 @@ class Phases:
 
 def _settling(o: OperatorSnapshot, st: RolloutStep) -> bool:
     """Whether ``o`` has yet to reach the step's replicas: new ones still starting, old ones of a
-    rolling update still running, a live batch size not switched yet (it waits for the pool to
-    shrink), or (for a drain) old ones still finishing their work, so the next phase's memory is
-    not yet free."""
+    rolling update still running, or (for a drain) old ones still finishing their work, so the
+    next phase's memory is not yet free."""
     if st.action == "scale_down":
         return o.config.kind == "actor" and o.actors_running > st.replicas_to
-    batch = st.target.batch_size if st.target is not None else None
     return (o.actors_pending > 0 or o.config.replicas != st.replicas_to
-            or (st.action == "update" and (o.old_actors > 0
-                                          or (batch is not None and o.config.batch_size != batch))))
+            or (st.action == "update" and o.old_actors > 0))
 
 
 def obstacle(snap: Snapshot, o: OperatorSnapshot, st: RolloutStep, room: Room) -> Stuck:

@@ -70,10 +70,8 @@ class TridentSettings:
     bo_min_remaining_s: float = 60.0
     """Remaining work (seconds at the current rate) below which no batch size is tried."""
     bo_trial_cold_starts: float = 2.0
-    """What a batch-size trial costs, in cold starts of the operator (in rate windows where the
-    batch size is live: no new actor, but the trial is measured at a batch that may be worse): it
-    is tried only when the relative gain the optimiser expects of it, times the work left
-    (seconds), is at least that."""
+    """What a batch-size trial costs, in cold starts of the operator: it is tried only when the
+    relative gain the optimiser expects of it, times the work left (seconds), is at least that."""
     bo_swap: bool = True
     """Try a batch size also when the pool's GPUs or the memory limit leave no room for new
     replicas beside the old ones, by swapping old replicas for new ones half the pool at a time

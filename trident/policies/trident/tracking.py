@@ -117,8 +117,7 @@ class Observer:
         if key != tr.key:
             if tr.key is not None:  # our own reconfiguration: measurements restart, not a regime change
                 tr.rate_detector.reset()
-                # a live batch switch: tasks already sent run the old batch
-                tr.settling_at = _progress(op) + (op.tasks_in_flight if op.config.live_batch else 0)
+                tr.settling_at = _progress(op)
             if key.device not in tr.model.encoder.device_types:  # pinned to a type the model has not seen
                 devices = tuple(sorted(set(tr.model.encoder.device_types) | {key.device}))
                 tr.model = OperatorModel(device_types=devices, window_samples=self.settings.history,

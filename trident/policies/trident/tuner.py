@@ -91,8 +91,7 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
     bo = SafeBayesOpt(space=KnobSpace(batch_sizes=batches, concurrencies=concurrencies, device_types=(dev,)),
                       memory_limit_bytes=float(limit), initial=Knobs(b, n_max, dev), seed=seed,
                       fixed_memory_bytes=float(others))
-    live = o.config.live_batch  # switched on the running actors: a trial costs its measurement, no cold start
-    cost_s = settings.bo_trial_cold_starts * (settings.rate_window_s if live else estimates.cold_start_s(tr, o, settings))
+    cost_s = settings.bo_trial_cold_starts * estimates.cold_start_s(tr, o, settings)
     with single_threaded():
         sug, best = bo.suggest(obs), bo.best(obs)
         why = ""
@@ -115,20 +114,16 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
     c = max((k for k, u in zip(concurrencies, upper) if u <= limit), default=sug.knobs.concurrency)
     each = (float(upper[concurrencies.index(c)]) - others) / c  # memory bound of one new replica
     n = o.config.replicas
-    if live:  # the shim switches a larger batch once the pool holds at most c actors
-        swap = False
-    else:
-        drain_to, surge_c = _room_for(snap, o, c, old_heap=estimates.heap(tr, key_of(o.config), settings),
-                                      new_heap=each, free_memory=limit - others)
-        swap = drain_to is not None
-        if swap and not settings.bo_swap:
-            tr.bo_settled = True  # no room for the new batch beside the old one: not tried
-            return None
-        c = c if swap else surge_c
+    drain_to, surge_c = _room_for(snap, o, c, old_heap=estimates.heap(tr, key_of(o.config), settings),
+                                  new_heap=each, free_memory=limit - others)
+    swap = drain_to is not None
+    if swap and not settings.bo_swap:
+        tr.bo_settled = True  # no room for the new batch beside the old one: not tried
+        return None
+    c = c if swap else surge_c
     what = "best safe" if sug.converged else f"trial {tr.bo_tried}/{settings.bo_trials}"
     reason = (f"tune {o.name} batch_size {b} -> {bb} on {c} replica(s) ({what}): {sug.reason}"
-              + ("; no room for new replicas beside the old ones: swapped half the pool at a time" if swap else "")
-              + ("; switched on the running actors" if live else ""))
+              + ("; no room for new replicas beside the old ones: swapped half the pool at a time" if swap else ""))
     return Trial(OperatorTarget(name=o.name, batch_size=bb, replicas=c), n, swap, reason, replica_bytes=each)
 
 
