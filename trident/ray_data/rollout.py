@@ -186,6 +186,9 @@ class Rollout:
         if transformer is not None:
             bundle_rows(op, target.batch_size)
             op._map_transformer = transformer
+            # the replaced reference stays alive with the operator: an old actor that restarts
+            # (an OOM kill) reads its constructor arguments again, and a freed one aborts the run
+            op.__dict__.setdefault("_trident_replaced_refs", []).append(op.__dict__.get("_map_transformer_ref"))
             op.__dict__["_map_transformer_ref"] = ray.put(transformer)
         self.retired = 0
 

@@ -138,8 +138,8 @@ def _backlogged(o: OperatorSnapshot) -> bool:
     the first tasks' busy time drained OCR from 4 replicas (3 starting) to 1 on the PDF
     benchmark to give their memory to Embed; OCR's first pages were fast, the next ones 50x
     slower, and it took 40 s to grow back. After a detected change the estimate rests on the
-    windows that showed it: there the floor held long-shift's Detect at 6 replicas for ~5 s a
-    shift, until its new rate was measured."""
+    windows that showed it: there the floor held long-shift's Detect at 6 replicas for ~8 s at
+    one shift, until its new rate was measured."""
     slots = max(1, o.config.max_concurrency) * max(o.actors_running, 1)
     return o.config.kind == "actor" and o.input_queue_blocks > 0 and o.tasks_in_flight >= slots
 
