@@ -269,21 +269,30 @@ def _ocr_at(snap, **changes):
     return replace(snap, operators=ops)
 
 
+def _stall(*, rows_per_task: int, busy_per_task_s: float, stall_at: float, steps: int):
+    """One ocr replica finishing a task a second until ``stall_at``, then none: the policy, the
+    last snapshot, and the (time, note) of each regime change a stall caused."""
+    policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5 * GiB, seed=0),
+                           settings=TridentSettings(bo_trials=0))
+    notes = []
+    for k in range(steps):
+        t = float(k)
+        done = min(k, int(stall_at))
+        snap = _ocr_at(_ray_like(t, ocr_replicas=1, ocr_out=0, embed_out=0, total=400),
+                       rows_out_total=rows_per_task * done, rows_in_done_total=rows_per_task * done,
+                       tasks_finished=done, busy_s=busy_per_task_s * done,
+                       input_queue_blocks=400 - rows_per_task * done, rows_in_total=rows_per_task * (done + 2))
+        d = policy.step(snap, t)
+        notes += [(t, n) for n in d.notes if "no task finished" in n]
+    return policy, snap, notes
+
+
 def test_a_stalled_pool_ends_its_regime_one_window_after_the_stall():
     """Fast short rows (8 per task, one task a second), then a long row on which no task finishes:
     the bound on the rate (8 rows / seconds stalled) ends the regime at the stall's start after
     one window, and stands as the new regime's first rate, tightened while the stall lasts."""
-    policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5 * GiB, seed=0),
-                           settings=TridentSettings(bo_trials=0))
-    stall_at, notes = 20.0, []
-    for k in range(36):
-        t = float(k)
-        done = min(k, int(stall_at))
-        snap = _ocr_at(_ray_like(t, ocr_replicas=1, ocr_out=0, embed_out=0, total=400),
-                       rows_out_total=8 * done, rows_in_done_total=8 * done, tasks_finished=done,
-                       busy_s=0.5 * done, input_queue_blocks=400 - 8 * done, rows_in_total=8 * done + 16)
-        d = policy.step(snap, t)
-        notes += [(t, n) for n in d.notes if "no task finished" in n]
+    stall_at = 20.0
+    policy, _, notes = _stall(rows_per_task=8, busy_per_task_s=0.5, stall_at=stall_at, steps=36)
     assert notes, "the stall was never noticed"
     first_t, first = notes[0]
     assert first_t - stall_at <= policy.settings.rate_window_s + 1.0, first
@@ -299,17 +308,8 @@ def test_a_stall_after_cheap_rows_ends_the_regime_on_the_busy_time_rate():
     time, so no rate window measures it), then a scanned page holds a task for many seconds. The
     busy-time rate is the reference: the stall ends the regime one window in, and the plan's
     remaining work rests on the bound, not on the text pages' rate."""
-    policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5 * GiB, seed=0),
-                           settings=TridentSettings(bo_trials=0))
-    stall_at, notes = 20.0, []
-    for k in range(32):
-        t = float(k)
-        done = min(k, int(stall_at))
-        snap = _ocr_at(_ray_like(t, ocr_replicas=1, ocr_out=0, embed_out=0, total=400),
-                       rows_out_total=4 * done, rows_in_done_total=4 * done, tasks_finished=done,
-                       busy_s=0.05 * done, input_queue_blocks=400 - 4 * done, rows_in_total=4 * done + 8)
-        d = policy.step(snap, t)
-        notes += [(t, n) for n in d.notes if "no task finished" in n]
+    stall_at = 20.0
+    policy, snap, notes = _stall(rows_per_task=4, busy_per_task_s=0.05, stall_at=stall_at, steps=32)
     tr = policy.tracks["ocr"]
     assert notes, f"the stall was never noticed (rates {tr.rates})"
     first_t, first = notes[0]
