@@ -95,6 +95,9 @@ class OperatorSnapshot:
     """Summed resident memory of the workers running this operator (bytes)."""
     heap_rss_per_replica_bytes: int | None = None
     """Largest resident memory of one worker of this operator (bytes)."""
+    heap_live_per_replica_bytes: int | None = None
+    """Largest memory of one replica running a task, read now from outside (bytes; actor pools
+    on the driver's node only): a lower bound of that task's peak, known before it finishes."""
     busy_s: float | None = None
     """Cumulative replica-seconds spent executing tasks, as the workers measured them (for true
     per-replica rates, DS2)."""

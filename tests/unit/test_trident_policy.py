@@ -201,6 +201,30 @@ def test_a_slow_pool_on_real_ray_is_scaled_early_within_the_memory_limit():
     assert re.search(r"on 48 rows left", first.reason), first.reason
 
 
+def test_a_pool_read_live_grows_before_its_first_task_finishes():
+    """Ray Data reports a task's memory only when it finishes (the video benchmark's first OCR
+    tasks ran 5 s while Ray's autoscaler already grew the pool): a live reading of the running
+    replicas lets the inner loop grow within the memory limit at once; it confirms nothing."""
+    grown = {}
+    for live in (None, 750 * 2**20):
+        policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5 * GiB, seed=0),
+                               settings=TridentSettings(bo_trials=0))
+        for k in range(3):
+            snap = _ray_like(float(k), ocr_replicas=1, ocr_out=0, embed_out=0)
+            ops = tuple(replace(o, tasks_in_flight=2, heap_live_per_replica_bytes=live) if o.name == "ocr" else o
+                        for o in snap.operators)
+            d = policy.step(replace(snap, operators=ops), float(k))
+            if d.kind == "inner":
+                grown[live] = ({x.name: x.replicas for x in d.plan.targets}, d.reason)
+                break
+        if live:
+            assert policy.tracks["ocr"].heap_samples == {}, "a live reading confirmed the estimate"
+    assert None not in grown, grown.get(None)
+    targets, reason = grown[750 * 2**20]
+    # 750 MiB x 1.15 per replica, embed counted as large: 5 GiB holds 5 in all
+    assert targets == {"ocr": 4} and "memory limit" in reason, reason
+
+
 def test_a_first_estimate_does_not_shrink_a_pool_whose_input_waits_on_full_slots():
     """Ray's rule never shrinks a pool with queued input and every running slot busy; a plan on
     the first tasks' busy time must not either (it drained OCR 4 -> 1 on the PDF benchmark for a

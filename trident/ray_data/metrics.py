@@ -4,7 +4,8 @@ Counters come from ``op.metrics``; queues from the executor's topology; actor co
 the pool itself (``op.metrics`` refreshes them only when the operator outputs). Worker
 memory is the unique-set size that every Ray Data map worker samples in its own process
 (``MemoryProfiler``, polled each ``DataContext.memory_usage_poll_interval_s``) and reports
-with each finished task; :class:`RecentSamples` keeps the values of the last interval.
+with each finished task; :class:`RecentSamples` keeps the values of the last interval. Actors
+running a task are also read live (:mod:`trident.ray_data.live_memory`).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 from collections import deque
 from typing import Any
 
+from trident.ray_data.live_memory import LiveMemory
 from trident.types import ClusterView, OperatorConfig, OperatorSnapshot, Snapshot, TypeUsage
 
 ACCELERATOR_PREFIX = "accelerator_type:"
@@ -130,6 +132,7 @@ class SnapshotBuilder:
         self.seq = 0
         self._prev: dict[Any, tuple[float, int, int]] = {}
         self._rss: dict[Any, int] = {}
+        self._live = LiveMemory()
         for op in executor._topology:
             if kinds[op] != "other":
                 recent_samples_tracker(op.metrics.max_uss_bytes)
@@ -171,13 +174,16 @@ class SnapshotBuilder:
         kind = self.kinds[op]
         actors = dict(actors_running=0, actors_pending=0, actors_idle=0, tasks_in_flight=0)
         by_type = ()
+        live = None
         if kind == "actor":
             info = op.get_actor_info()
             actors = dict(actors_running=info.running, actors_pending=info.pending, actors_idle=info.idle,
                           tasks_in_flight=info.tasks_in_flight)
             pool = busy_time_tracker(op.get_autoscaling_actor_pools()[0])
             by_type = usage_by_type(pool, self.cluster.node_type)
-            actors["old_actors"] = len(getattr(pool, "trident_old", set()) & set(pool._running_actors))
+            old = getattr(pool, "trident_old", set())
+            actors["old_actors"] = len(old & set(pool._running_actors))
+            live = self._live.max_task_uss(pool, exclude=old)
         rss_per_replica = None
         rss_total = None
         if kind != "other":
@@ -203,7 +209,7 @@ class SnapshotBuilder:
             input_queue_bytes=int(state.total_enqueued_input_blocks_bytes()),
             object_store_bytes=int(m.obj_store_mem_used),
             backpressured=bool(backpressured),
-            heap_rss_bytes=rss_total, heap_rss_per_replica_bytes=rss_per_replica,
+            heap_rss_bytes=rss_total, heap_rss_per_replica_bytes=rss_per_replica, heap_live_per_replica_bytes=live,
             busy_s=float(m.task_worker_completion_time_s),
             slot_s=_slot_s(m) if kind == "task" else None,
             rows_in_done_total=_rows_in_done(m),

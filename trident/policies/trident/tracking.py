@@ -126,7 +126,7 @@ class Observer:
             tr.key, tr.window = key, None
         self._cold_start(tr, op, t)
         settled = self._settled(tr, op, key, t)
-        if op.heap_rss_per_replica_bytes and settled:
+        if settled and (op.heap_rss_per_replica_bytes or op.heap_live_per_replica_bytes):
             notes += self._heap_sample(tr, op, key)
         tr.snaps.append((t, op))
         if op.completed:
@@ -207,9 +207,14 @@ class Observer:
             tr.pending_since_s = None
 
     def _heap_sample(self, tr: OperatorTrack, op: OperatorSnapshot, key: ConfigKey) -> list[str]:
-        """Record the largest heap per replica; every running replica is one sample. The plan is
-        revisited once the estimate stands on ``stable_heap_samples`` samples (its margin shrinks)."""
-        tr.heap[key] = max(tr.heap.get(key, 0.0), float(op.heap_rss_per_replica_bytes))
+        """Record the largest heap per replica, finished tasks' or read live; with a finished
+        task's reading every running replica is one sample. The plan is revisited once the
+        estimate stands on ``stable_heap_samples`` samples (its margin shrinks). A live reading
+        alone (a task's memory so far) raises the estimate but confirms nothing."""
+        seen = max(op.heap_rss_per_replica_bytes or 0, op.heap_live_per_replica_bytes or 0)
+        tr.heap[key] = max(tr.heap.get(key, 0.0), float(seen))
+        if not op.heap_rss_per_replica_bytes:
+            return []
         before = tr.heap_samples.get(key, 0)
         tr.heap_samples[key] = before + max(1, op.actors_running)
         if before < self.settings.stable_heap_samples <= tr.heap_samples[key]:

@@ -1,0 +1,67 @@
+"""Worker memory sampled now, from outside: the unique-set size of a pool's actors that run a task.
+
+Ray Data reports a task's peak memory only when the task finishes (``MemoryProfiler`` in the
+worker): a pool whose first task runs for 6 s has no memory reading for 6 s, and a memory-bound
+plan cannot grow it. Here the driver reads the same measure (RSS minus shared, as
+``MemoryProfiler`` computes it) of every actor that has a task in flight, at each snapshot. It
+sees processes on this machine only (an actor on another node has no reading); a reading taken
+mid-task is a lower bound of that task's peak (the planner keeps its memory margin until finished
+tasks confirm it). Executor thread only.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+class LiveMemory:
+    """Process ids of actors on this node (asked once per actor), their memory on demand."""
+
+    def __init__(self) -> None:
+        self._pids: dict[str, int | None] = {}
+        self._node: str | None = None
+        self._enabled = True
+        try:
+            import psutil  # noqa: F401 (a Ray dependency on Linux; without it no live reading)
+            import ray
+
+            self._node = ray.get_runtime_context().get_node_id()
+        except Exception:  # not in a Ray driver, or no psutil: finished tasks only
+            self._enabled = False
+
+    def max_task_uss(self, pool: Any, exclude: set | frozenset = frozenset()) -> int | None:
+        """Largest memory (bytes) of ``pool``'s running actors with a task in flight on this node,
+        ``exclude`` left out; ``None`` when none could be read."""
+        if not self._enabled:
+            return None
+        import psutil
+
+        best = None
+        for actor, state in list(pool._running_actors.items()):
+            if state.num_tasks_in_flight <= 0 or actor in exclude or state.actor_location != self._node:
+                continue
+            pid = self._pid(actor)
+            if pid is None:
+                continue
+            try:
+                info = psutil.Process(pid).memory_info()
+            except (psutil.Error, OSError):
+                self._pids.pop(actor._actor_id.hex(), None)  # restarted: a new process id
+                continue
+            uss = int(info.rss - getattr(info, "shared", 0))
+            best = uss if best is None else max(best, uss)
+        return best
+
+    def _pid(self, actor: Any) -> int | None:
+        key = actor._actor_id.hex()
+        if key not in self._pids:
+            try:
+                import ray._private.state as state
+
+                info = state.actors(actor_id=key)
+                self._pids[key] = int(info["Pid"]) if info.get("State") == "ALIVE" and info.get("Pid") else None
+            except Exception:
+                return None
+            if self._pids[key] is None:
+                del self._pids[key]  # not alive yet: ask again next time
+                return None
+        return self._pids[key]
