@@ -21,7 +21,7 @@ class LiveMemory:
         self._node: str | None = None
         self._enabled = True
         try:
-            import psutil  # noqa: F401 (a Ray dependency on Linux; without it no live reading)
+            import psutil  # noqa: F401 (without it, finished tasks only)
             import ray
 
             self._node = ray.get_runtime_context().get_node_id()
