@@ -6,7 +6,8 @@ plan cannot grow it. Here the driver reads the same measure (RSS minus shared, a
 ``MemoryProfiler`` computes it) of every actor that has a task in flight, at each snapshot. It
 sees processes on this machine only (an actor on another node has no reading); a reading taken
 mid-task is a lower bound of that task's peak (the planner keeps its memory margin until finished
-tasks confirm it). Executor thread only.
+tasks confirm it). "This machine": the actor's node has the driver's IP address (the nodes of a
+``ray.cluster_utils.Cluster`` share one). Executor thread only.
 """
 from __future__ import annotations
 
@@ -14,30 +15,30 @@ from typing import Any
 
 
 class LiveMemory:
-    """Process ids of actors on this node (asked once per actor), their memory on demand."""
+    """Process ids of actors on this machine (asked once per actor), their memory on demand."""
 
     def __init__(self) -> None:
         self._pids: dict[str, int | None] = {}
-        self._node: str | None = None
+        self._ip: str | None = None
         self._enabled = True
         try:
             import psutil  # noqa: F401 (without it, finished tasks only)
             import ray
 
-            self._node = ray.get_runtime_context().get_node_id()
+            self._ip = ray.util.get_node_ip_address()
         except Exception:  # not in a Ray driver, or no psutil: finished tasks only
             self._enabled = False
 
     def max_task_uss(self, pool: Any, exclude: set | frozenset = frozenset()) -> int | None:
-        """Largest memory (bytes) of ``pool``'s running actors with a task in flight on this node,
-        ``exclude`` left out; ``None`` when none could be read."""
+        """Largest memory (bytes) of ``pool``'s running actors with a task in flight on this
+        machine, ``exclude`` left out; ``None`` when none could be read."""
         if not self._enabled:
             return None
         import psutil
 
         best = None
         for actor, state in list(pool._running_actors.items()):
-            if state.num_tasks_in_flight <= 0 or actor in exclude or state.actor_location != self._node:
+            if state.num_tasks_in_flight <= 0 or actor in exclude:
                 continue
             pid = self._pid(actor)
             if pid is None:
@@ -58,10 +59,10 @@ class LiveMemory:
                 import ray._private.state as state
 
                 info = state.actors(actor_id=key)
-                self._pids[key] = int(info["Pid"]) if info.get("State") == "ALIVE" and info.get("Pid") else None
             except Exception:
                 return None
-            if self._pids[key] is None:
-                del self._pids[key]  # not alive yet: ask again next time
-                return None
+            if info.get("State") != "ALIVE" or not info.get("Pid"):
+                return None  # not alive yet: ask again next time
+            local = (info.get("Address") or {}).get("IPAddress") == self._ip
+            self._pids[key] = int(info["Pid"]) if local else None  # another machine: never read
         return self._pids[key]
