@@ -228,17 +228,20 @@ def test_a_pool_read_live_grows_before_its_first_task_finishes():
 def test_a_first_estimate_does_not_shrink_a_pool_whose_input_waits_on_full_slots():
     """Ray's rule never shrinks a pool with queued input and every running slot busy; a plan on
     the first tasks' busy time must not either (it drained OCR 4 -> 1 on the PDF benchmark for a
-    rate its first pages had, 50x faster than the next ones)."""
+    rate its first pages had, 50x faster than the next ones). A pool whose output is backpressured
+    is not held: its slots are full because its downstream does not keep up (long-shift's Detect
+    held 6 replicas for 14 s while Embed, the bottleneck, waited for their GPUs)."""
     policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5 * GiB, seed=0),
                            settings=TridentSettings(bo_trials=0))
 
-    def snap(t, *, queued):
+    def snap(t, *, queued, backpressured=False):
         read = OperatorSnapshot(name="read", index=0, config=OperatorConfig(kind="task", replicas=None),
                                 rows_out_total=400, rows_in_total=400, completed=True)
         ocr = OperatorSnapshot(  # fast by busy time (40 rows per busy second), 1 running + 3 starting
             name="ocr", index=1, rows_out_total=int(40 * t), rows_in_total=400, rows_in_done_total=int(40 * t),
             input_queue_blocks=queued, tasks_running=2, tasks_in_flight=2, tasks_finished=int(4 * t),
             actors_running=1, actors_pending=3, busy_s=float(t), heap_rss_per_replica_bytes=750 * 2**20,
+            backpressured=backpressured,
             config=OperatorConfig(kind="actor", replicas=4, min_replicas=1, max_replicas=8, num_gpus=1, batch_size=10))
         embed = OperatorSnapshot(  # slow
             name="embed", index=2, rows_out_total=int(2 * t), rows_in_total=int(40 * t), rows_in_done_total=int(2 * t),
@@ -248,15 +251,15 @@ def test_a_first_estimate_does_not_shrink_a_pool_whose_input_waits_on_full_slots
         return Snapshot(execution_id="e", seq=int(t), time_s=t, operators=(read, ocr, embed), input_rows_total=400,
                         cluster=ClusterView(cpus=16, gpus=8, memory_limit_bytes=5 * GiB))
 
-    for queued, floor in ((20, 4), (0, 1)):
+    for queued, backpressured, floor in ((20, False, 4), (0, False, 1), (20, True, 1)):
         for k in range(1, 5):
             policy.observer.observe(snap(float(k), queued=queued).operator("ocr"), float(k))
             policy.observer.observe(snap(float(k), queued=queued).operator("embed"), float(k))
-        last = snap(4.0, queued=queued)
+        last = snap(4.0, queued=queued, backpressured=backpressured)
         planning = problem.build(last, problem.plannable(last), policy.tracks, policy.settings, 5 * GiB)
         assert planning.rates["ocr"].source == "busy time", planning.why
         (ocr,) = [sp for sp in planning.problem.operators if sp.name == "ocr"]
-        assert ocr.min_replicas == floor, (queued, ocr)
+        assert ocr.min_replicas == floor, (queued, backpressured, ocr)
 
 
 def test_no_plan_before_the_executor_reports_its_cluster():

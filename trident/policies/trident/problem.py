@@ -139,9 +139,15 @@ def _backlogged(o: OperatorSnapshot) -> bool:
     benchmark to give their memory to Embed; OCR's first pages were fast, the next ones 50x
     slower, and it took 40 s to grow back. After a detected change the estimate rests on the
     windows that showed it: there the floor held long-shift's Detect at 6 replicas for ~8 s at
-    one shift, until its new rate was measured."""
+    one shift, until its new rate was measured.
+
+    Not a pool whose output is backpressured: its slots are full because its downstream does
+    not take what it makes, so it is not the pipeline's bottleneck whatever its true rate. On
+    long-shift the floor held Detect at 6 replicas, backpressured by the object store budget,
+    for 14 s while Embed, the bottleneck, waited for their GPUs."""
     slots = max(1, o.config.max_concurrency) * max(o.actors_running, 1)
-    return o.config.kind == "actor" and o.input_queue_blocks > 0 and o.tasks_in_flight >= slots
+    return (o.config.kind == "actor" and o.input_queue_blocks > 0 and o.tasks_in_flight >= slots
+            and not o.backpressured)
 
 
 def _split(o: OperatorSnapshot, replicas: int, measured: dict[str, float]) -> dict[str, int]:
