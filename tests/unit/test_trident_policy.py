@@ -515,7 +515,7 @@ def test_a_scale_up_of_the_bottleneck_starts_its_new_replicas_at_the_batch_size_
     assert res.throughput_rows_per_s >= 1.1 * simulate(spec, policy="ray", seed=0).throughput_rows_per_s
 
 
-def _typed_snapshot(k: int, *, detect_types=("A", "B"), per_actor=None):
+def _typed_snapshot(k: int, *, detect_types=("A", "B"), embed_types=("A", "B"), per_actor=None):
     """read -> detect (backlogged) -> embed, both pools unpinned with actors on whichever type
     ``detect_types`` names: detect does 10 rows/s per replica on A and 40 on B, embed 40 on A and
     20 on B. Counters after ``k`` seconds; tasks of 16 rows."""
@@ -526,7 +526,7 @@ def _typed_snapshot(k: int, *, detect_types=("A", "B"), per_actor=None):
     ops = [OperatorSnapshot(name="read", index=0, completed=False, rows_out_total=10_000, rows_in_total=10_000,
                             config=OperatorConfig(kind="task", replicas=None, min_replicas=1))]
     for i, name in enumerate(("detect", "embed"), start=1):
-        types = detect_types if name == "detect" else ("A", "B")
+        types = detect_types if name == "detect" else embed_types
         actors = {ty: 4 // len(types) for ty in types}
         usage, rows, busy = [], 0, 0.0
         for ty, n in actors.items():
@@ -580,6 +580,44 @@ def test_types_of_equal_speed_pin_nothing():
 def test_a_pool_measured_on_one_type_only_is_not_moved():
     targets, _ = _typed_plan(("A",))
     assert "detect" not in targets or targets["detect"].accelerator_type in (None, "A"), targets
+
+
+def test_a_pool_measured_on_one_type_may_be_planned_onto_an_idle_one():
+    """The two-types scenario's trap: Embed's actors all landed on B, Detect (4x faster on B) was
+    pinned there too, and both held B's four GPUs while A's four sat idle. A pool's rate on a
+    type it was not measured on is unknown; planned there at its measured rate (a neutral prior),
+    the pools spread over both types."""
+    import numpy as np
+
+    from trident.plan.milp import solve_placement
+    from trident.policies.trident import problem
+    from trident.policies.trident.tracking import Observer
+
+    settings = TridentSettings()
+    observer = Observer(settings=settings, rng=np.random.default_rng(0), seed=0)
+    on_b = {"detect": 1, "embed": 3}  # from 30 s pinned to B, A idle
+
+    def pinned(o):
+        return replace(o, actors_running=on_b[o.name],
+                       config=replace(o.config, accelerator_type="B", replicas=on_b[o.name]))
+
+    for k in range(60):
+        snap = _typed_snapshot(k, embed_types=("B",))
+        if k >= 30:
+            snap = replace(snap, operators=tuple(pinned(o) if o.name in on_b else o for o in snap.operators))
+        for o in snap.operators:
+            observer.observe(o, snap.time_s)
+    ops = problem.plannable(snap)
+    planning = problem.build(snap, ops, observer.tracks, settings, None)
+    assert planning.problem is not None, planning.why
+    embed = next(sp for sp in planning.problem.operators if sp.name == "embed")
+    assert {o.device for o in embed.options} == {"A", "B"}
+    assert len({o.rate_rows_per_s for o in embed.options}) == 1  # A at B's measured rate
+    result = solve_placement(planning.problem)
+    targets = {t.name: t for t in problem.targets(ops, result.allocation)}
+    types = {n: (targets[n].accelerator_type if n in targets and targets[n].accelerator_type else "B") for n in on_b}
+    assert set(types.values()) == {"A", "B"}, targets
+    assert result.throughput_rows_per_s >= 1.5 * result.current_throughput_rows_per_s
 
 
 def test_a_type_the_pool_left_is_not_compared_with_one_measured_later():

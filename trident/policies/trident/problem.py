@@ -108,12 +108,15 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
             options = [DeviceOption(device=t, rate_rows_per_s=(r / sels[i] if rate_out is not None else rate_in),
                                     cpus=o.config.num_cpus, gpus=o.config.num_gpus, memory_bytes=int(heap))
                        for t, r in sorted(seen[o.name].items())]
+            if rate_out is not None:
+                options += unmeasured_options(options, typed)
             current.update({(o.name, t, t): n for t, n in _split(o, replicas, seen[o.name]).items()})
         else:
             options = [DeviceOption(device=device, rate_rows_per_s=rate_in, cpus=o.config.num_cpus,
                                     gpus=o.config.num_gpus, memory_bytes=int(heap))]
             if per_type and device != CPU and rate_out is not None:
                 options += _typed_options(tr, o, key, typed, device, sels[i], settings)
+                options += unmeasured_options(options, typed)
             current[(o.name, device, CPU if device == CPU else device)] = replicas
         specs.append(OperatorSpec(name=o.name, options=tuple(options), selectivity=sels[i],
                                   min_replicas=lo, max_replicas=hi,
@@ -173,6 +176,20 @@ def _typed_options(tr: OperatorTrack, o: OperatorSnapshot, key: ConfigKey, typed
                                     cpus=o.config.num_cpus, gpus=o.config.num_gpus,
                                     memory_bytes=int(estimates.heap(tr, alt, settings))))
     return out
+
+
+def unmeasured_options(options: list[DeviceOption], typed: dict[str, float]) -> list[DeviceOption]:
+    """An option on each accelerator type a GPU pool was not measured on, at its slowest measured
+    rate (a neutral prior: user code names no type, so nothing says it is slower there). Without
+    it a pool whose actors all landed on one type could never be planned onto another: on the
+    two-types scenario Embed ran only on B and Detect, 4x faster on B, was pinned there too; the
+    plan then held both on B's four GPU slots, with A's four idle, for 440 s (0.44x Ray). Once
+    the pool runs there, its measured rate replaces the prior."""
+    have = {o.device for o in options}
+    if not options or CPU in have or ANY_GPU in have:
+        return []
+    slowest = min(options, key=lambda o: o.rate_rows_per_s)
+    return [replace(slowest, device=t) for t in typed if t not in have]
 
 
 def bound_held(specs: list[OperatorSpec], factors: list[float], *, slots: float) -> list[OperatorSpec]:
