@@ -781,3 +781,32 @@ def test_a_batch_size_trial_runs_only_when_it_pays_for_itself():
     direct = Suggestion(knobs=Knobs(48, 7, "gpu"), reason="", expected_improvement=0.2)
     assert _affine_gain(obs, direct.knobs, best) > 0.1 and _not_paying(direct, obs, best, left_s=66.0, cost_s=6.3) == ""
     assert _affine_gain(obs[:2], step.knobs, best) == float("inf")  # one batch measured: no line to cap the optimiser
+
+
+def test_a_swap_back_does_not_take_the_old_batch_heap_while_its_new_actors_start():
+    """Batch 64 -> 32 by a swap: the old actors' last tasks finish while the new ones are still
+    pending (none running) and the shim's heap reading is still batch 64's. Batch 32's heap must
+    come from a task of its own actors (batch 64's was taken for it, and the rollout held the
+    pool at 4 of 7 replicas for "no room" on the batch-size scenario)."""
+    import numpy as np
+
+    from trident.policies.trident.records import key_of
+    from trident.policies.trident.tracking import Observer
+
+    observer = Observer(settings=TridentSettings(), rng=np.random.default_rng(0), seed=0)
+    config = OperatorConfig(kind="actor", replicas=4, min_replicas=1, max_replicas=8, num_gpus=0.5, batch_size=64)
+    states = ([(64, 4, 0, 0, 898, 2)] * 5  # batch, running, old, pending, heap MiB, tasks finished
+              + [(32, 4, 4, 0, 898, 2)] * 2 + [(32, 2, 2, 2, 898, 2)]
+              + [(32, 0, 0, 7, 898, 1)] * 2  # the old actors' last tasks, the new actors starting
+              + [(32, 7, 0, 0, 898, 0), (32, 7, 0, 0, 578, 2), (32, 7, 0, 0, 578, 2)])
+    done = 0
+    for k, (batch, running, old, pending, heap, finished) in enumerate(states):
+        done += finished
+        op = OperatorSnapshot(name="embed", index=1, rows_out_total=32 * done, rows_in_total=32 * done,
+                              rows_in_done_total=32 * done, tasks_finished=done, busy_s=float(done),
+                              actors_running=running, old_actors=old, actors_pending=pending,
+                              heap_rss_per_replica_bytes=heap * 2**20,
+                              config=replace(config, batch_size=batch, replicas=7 if batch == 32 else 4))
+        observer.observe(op, float(k))
+    tr = observer.tracks["embed"]
+    assert tr.heap[key_of(op.config)] == 578 * 2**20, tr.heap
