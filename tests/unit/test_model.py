@@ -103,3 +103,17 @@ def test_regime_store_reuses_a_recurring_regime(fitted):
     op_c = SyntheticOperator.random(np.random.default_rng(99))
     reused, match = store.match(_clean_samples(op_c, test[:3], rng, spike_fraction=0.0))
     assert reused is None and match.regime_id is None
+
+
+def test_a_regime_remembered_before_a_move_to_another_device_is_not_matched_there(fitted):
+    """A pool pinned to accelerator type B after a regime was remembered on 'gpu': matching its
+    samples on B used to raise in the old model's encoder (every later step of the two-types
+    scenario failed with "device_type='B' is not valid")."""
+    from dataclasses import replace
+
+    _, model, _, samples, _ = fitted
+    store = RegimeStore(match_mape=0.1)
+    store.remember(model)
+    on_b = [replace(s, config=replace(s.config, device_type="B")) for s in samples[:5]]
+    reused, match = store.match(on_b)
+    assert reused is None and match.regime_id is None and "devices" in match.reason

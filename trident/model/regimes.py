@@ -63,7 +63,12 @@ class RegimeStore:
             return None, RegimeMatch(None, float("nan"), f"{len(samples)} samples < min_samples={self.min_samples}")
         if not self._models:
             return None, RegimeMatch(None, float("nan"), "no regime remembered")
-        scores = {rid: m.mape(samples) for rid, m in self._models.items()}
+        # a model remembered before the operator moved to a device it never ran on cannot score
+        # samples there (its encoder does not know the device): not that regime
+        devices = {s.config.device_type for s in samples}
+        scores = {rid: m.mape(samples) for rid, m in self._models.items() if devices <= set(m.encoder.device_types)}
+        if not scores:
+            return None, RegimeMatch(None, float("nan"), "no regime remembered on these devices")
         best = min(scores, key=scores.get)
         if scores[best] <= self.match_mape:
             return self._models[best].copy(), RegimeMatch(
