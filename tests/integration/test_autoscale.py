@@ -10,7 +10,9 @@ import pytest
 import ray
 from ray.data import ActorPoolStrategy
 
+import holds_memory
 import trident
+from holds_memory import HoldsMemory
 from trident.ray_data.session import TridentRuntimeWarning
 from trident.types import Decision, OperatorTarget, Plan
 
@@ -24,6 +26,7 @@ def local_ray():
     # a fresh local instance, never another cluster running on this machine
     ray.init(address="local", num_cpus=8, num_gpus=4, include_dashboard=False, log_to_driver=False)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # test policies reach the controller
+    ray.cloudpickle.register_pickle_by_value(holds_memory)
     yield
     ray.shutdown()
 
@@ -139,28 +142,17 @@ def test_pool_reaches_policy_target_within_bounded_time():
     assert len({r["pid"] for r in rows}) == 3  # three distinct actor processes did the work
 
 
-class _Holds300MiB:
-    """Holds 300 MiB for 3 s per batch: a task whose memory is known only when it finishes."""
-
-    def __call__(self, batch):
-        import numpy as np
-
-        held = np.ones(300 * 2**20, dtype=np.uint8)
-        time.sleep(3.0)
-        del held
-        return batch
-
-
 def test_a_running_task_memory_is_read_before_it_finishes():
     """Ray Data reports a task's memory when the task ends; the snapshot reads a pool's actors
     that run a task live, so the memory is known while the first tasks still run."""
     ds = ray.data.range(8, override_num_blocks=4).map_batches(
-        _Holds300MiB, compute=ActorPoolStrategy(min_size=1, max_size=1), num_gpus=0.5, batch_size=2)
+        HoldsMemory, fn_constructor_kwargs={"mib": 300, "hold_s": 3.0},
+        compute=ActorPoolStrategy(min_size=1, max_size=1), num_gpus=0.5, batch_size=2)
     with trident.autoscale(policy="ray", interval_s=0.25) as run:
         rows = ds.take_all()
     assert_each_id_once(rows, 8)
     (execution,) = run.executions
-    ops = [s.operator(n) for s in execution.snapshots for n in [o.name for o in s.operators] if "_Holds" in n]
+    ops = [s.operator(n) for s in execution.snapshots for n in [o.name for o in s.operators] if "HoldsMemory" in n]
     early = [o.heap_live_per_replica_bytes for o in ops if o.tasks_finished == 0 and o.heap_live_per_replica_bytes]
     assert early and max(early) >= 300 * 2**20, [(o.tasks_finished, o.heap_live_per_replica_bytes) for o in ops]
     finished = [o.heap_rss_per_replica_bytes for o in ops if o.heap_rss_per_replica_bytes]

@@ -11,7 +11,9 @@ import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 from ray.data import ActorPoolStrategy  # noqa: E402
 
+import holds_memory  # noqa: E402
 import trident  # noqa: E402
+from holds_memory import HoldsMemory  # noqa: E402
 from trident.policies.trident import TridentPolicy, TridentSettings  # noqa: E402
 
 
@@ -22,6 +24,7 @@ def cluster():
     node_b = c.add_node(num_cpus=2, num_gpus=2, resources={"accelerator_type:B": 1})
     ray.init(address=c.address, log_to_driver=False)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.cloudpickle.register_pickle_by_value(holds_memory)
     yield {node_a.node_id: "A", node_b.node_id: "B"}
     ray.shutdown()
     c.shutdown()
@@ -141,27 +144,16 @@ def test_every_pool_target_is_reached_or_replanned_with_its_obstacle_named(clust
             assert "stays at" in d.reason and ":" in d.reason.split("stays at", 1)[1], d.reason
 
 
-class _Holds200MiB:
-    """Holds 200 MiB for 2 s per batch: its memory is known to Ray Data only once a task ends."""
-
-    def __call__(self, batch):
-        import numpy as np
-
-        held = np.ones(200 * 2**20, dtype=np.uint8)
-        time.sleep(2.0)
-        del held
-        return batch
-
-
 def test_a_running_task_memory_is_read_live_on_the_gpu_nodes(cluster):
     """The GPU pool's actors run on the worker nodes, not the driver's: the snapshot still reads
     their memory while the first tasks run (the nodes of one machine share its IP address)."""
     ds = ray.data.range(6, override_num_blocks=3).map_batches(
-        _Holds200MiB, compute=ActorPoolStrategy(min_size=1, max_size=1), num_gpus=0.5, batch_size=2)
+        HoldsMemory, fn_constructor_kwargs={"mib": 200, "hold_s": 2.0},
+        compute=ActorPoolStrategy(min_size=1, max_size=1), num_gpus=0.5, batch_size=2)
     with trident.autoscale(policy="ray", interval_s=0.25) as run:
         rows = ds.take_all()
     assert_each_id_once(rows, 6)
     (execution,) = run.executions
-    ops = [o for s in execution.snapshots for o in s.operators if "_Holds" in o.name]
+    ops = [o for s in execution.snapshots for o in s.operators if "HoldsMemory" in o.name]
     early = [o.heap_live_per_replica_bytes for o in ops if o.tasks_finished == 0 and o.heap_live_per_replica_bytes]
     assert early and max(early) >= 200 * 2**20, [(o.tasks_finished, o.heap_live_per_replica_bytes) for o in ops]

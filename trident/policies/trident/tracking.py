@@ -183,10 +183,11 @@ class Observer:
         rolling update still work, nor before a task finished after them. (Until then the rows
         out and busy time are the old actors', and the shim's heap reading is the last finished
         task's: a plan that took batch 32's heap for batch 64 grew the pool to 8 replicas past
-        the memory limit, 46 OOM kills.) Nor, once settling, while the pool has no running actor:
-        the tasks that finish then are the last ones of old actors that just left (on the batch-size scenario,
-        after a swap from batch 64 back to 32, batch 64's heap was taken for batch 32's while the
-        seven new actors started, and the rollout held the pool at 4 for "no room")."""
+        the memory limit, 46 OOM kills.) Nor, once settling, while the pool has no running
+        actor: the tasks that finish then are the last ones of old actors that just left (on the
+        batch-size scenario, after a swap from batch 64 back to 32, batch 64's heap was taken for
+        batch 32's while the seven new actors started, and the rollout held the pool at 4 for
+        "no room")."""
         if op.old_actors > 0 or (tr.settling_at is not None and op.config.kind == "actor"
                                  and op.actors_running == 0 and not op.completed):
             tr.settling_at = _progress(op)
