@@ -15,3 +15,14 @@ class HoldsMemory:
         time.sleep(self.hold_s)
         del held
         return batch
+
+
+def stand_in_snapshots(execution):
+    """The ``HoldsMemory`` pool's operator snapshots of one execution record."""
+    return [o for s in execution.snapshots for o in s.operators if "HoldsMemory" in o.name]
+
+
+def live_before_first_finish(execution) -> list[int]:
+    """Live memory readings (bytes) of the ``HoldsMemory`` pool taken before any of its tasks finished."""
+    return [o.heap_live_per_replica_bytes for o in stand_in_snapshots(execution)
+            if o.tasks_finished == 0 and o.heap_live_per_replica_bytes]

@@ -12,7 +12,7 @@ from ray.data import ActorPoolStrategy
 
 import holds_memory
 import trident
-from holds_memory import HoldsMemory
+from holds_memory import HoldsMemory, live_before_first_finish, stand_in_snapshots
 from trident.ray_data.session import TridentRuntimeWarning
 from trident.types import Decision, OperatorTarget, Plan
 
@@ -152,8 +152,8 @@ def test_a_running_task_memory_is_read_before_it_finishes():
         rows = ds.take_all()
     assert_each_id_once(rows, 8)
     (execution,) = run.executions
-    ops = [s.operator(n) for s in execution.snapshots for n in [o.name for o in s.operators] if "HoldsMemory" in n]
-    early = [o.heap_live_per_replica_bytes for o in ops if o.tasks_finished == 0 and o.heap_live_per_replica_bytes]
+    ops = stand_in_snapshots(execution)
+    early = live_before_first_finish(execution)
     assert early and max(early) >= 300 * 2**20, [(o.tasks_finished, o.heap_live_per_replica_bytes) for o in ops]
     finished = [o.heap_rss_per_replica_bytes for o in ops if o.heap_rss_per_replica_bytes]
     assert finished and max(early) <= 1.5 * max(finished)  # the same measure as the finished tasks'

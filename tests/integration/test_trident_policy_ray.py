@@ -13,7 +13,7 @@ from ray.data import ActorPoolStrategy  # noqa: E402
 
 import holds_memory  # noqa: E402
 import trident  # noqa: E402
-from holds_memory import HoldsMemory  # noqa: E402
+from holds_memory import HoldsMemory, live_before_first_finish, stand_in_snapshots  # noqa: E402
 from trident.policies.trident import TridentPolicy, TridentSettings  # noqa: E402
 
 
@@ -154,6 +154,6 @@ def test_a_running_task_memory_is_read_live_on_the_gpu_nodes(cluster):
         rows = ds.take_all()
     assert_each_id_once(rows, 6)
     (execution,) = run.executions
-    ops = [o for s in execution.snapshots for o in s.operators if "HoldsMemory" in o.name]
-    early = [o.heap_live_per_replica_bytes for o in ops if o.tasks_finished == 0 and o.heap_live_per_replica_bytes]
-    assert early and max(early) >= 200 * 2**20, [(o.tasks_finished, o.heap_live_per_replica_bytes) for o in ops]
+    early = live_before_first_finish(execution)
+    assert early and max(early) >= 200 * 2**20, [(o.tasks_finished, o.heap_live_per_replica_bytes)
+                                                 for o in stand_in_snapshots(execution)]
