@@ -124,3 +124,49 @@ def test_a_larger_batch_gets_input_bundles_of_its_size(cluster):
     # bundles formed before the update (32 rows) may still reach the new actors, and the last one
     # is short: most rows after the update, not all, run in batches of 96 (without the fix: none)
     assert sum(n for n in after if n == 96) >= 0.75 * sum(after), after
+
+
+class FillThenGrowBatch:
+    """Test double: grow the pool to 4 actors of 1 GPU (every GPU of the cluster), then, once all
+    are up, roll it to batch 64 as a surge (new actors first), as a plan made while most of the
+    pool was still pending asks."""
+
+    name = "test-fill-then-grow-batch"
+
+    def __init__(self, *, context=None):
+        self.seq = 0
+
+    def step(self, snapshot, now):
+        op = next(o for o in snapshot.operators if "_Model" in o.name)
+        if self.seq == 0:
+            target = OperatorTarget(name=op.name, replicas=4)
+        elif self.seq == 1 and op.actors_running == 4 and op.rows_out_total >= 256:
+            target = OperatorTarget(name=op.name, replicas=4, batch_size=64)
+        else:
+            return Decision(time_s=now, reason="hold")
+        self.seq += 1
+        plan = Plan(seq=self.seq, targets=(target,), reason=f"test: {target}", created_at_s=now)
+        return Decision(time_s=now, reason=plan.reason, plan=plan)
+
+
+def test_a_surge_with_no_gpu_free_beside_the_pool_swaps_at_once(cluster):
+    rows_n = 6400
+    ds = (ray.data.range(rows_n, override_num_blocks=rows_n // 32)
+          .map_batches(_Model, compute=ActorPoolStrategy(min_size=1, max_size=4, max_tasks_in_flight_per_actor=1),
+                       num_gpus=1, num_cpus=0.25, batch_size=32))
+    with trident.autoscale(policy=FillThenGrowBatch, interval_s=0.25) as run:
+        rows = ds.take_all()
+    assert sorted(int(r["id"]) for r in rows) == list(range(rows_n))
+
+    (execution,) = run.executions
+    notes = [a for a in execution.actions if a.kind == "rollout_step"]
+    started = next((a for a in execution.actions if a.kind == "rollout_started"), None)
+    assert started is not None, [a.detail for a in execution.actions]
+    swapped = [a for a in notes if "no GPU free beside" in a.detail]
+    assert swapped and swapped[0].time_s <= started.time_s + 1e-6, [a.detail for a in notes]
+    # a surge never waits for its guard: no actor of the new batch was left pending for want of a GPU
+    assert not [a for a in notes if "after the surge began" in a.detail], [a.detail for a in notes]
+    finished = next((a for a in execution.actions if a.kind == "rollout_finished"), None)
+    assert finished is not None, [a.detail for a in execution.actions]
+    after = {(r["start"], r["batch_len"]) for r in rows if r["start"] > execution.started_at_unix_s + finished.time_s}
+    assert after and max(n for _, n in after) == 64, sorted(after)

@@ -25,3 +25,15 @@ def test_the_work_bound_takes_the_best_split_in_every_phase():
     # 8 slots of 0.5 GPU: the cheap stage on 2, the costly one on 6, in every phase
     assert work_bound_s(sc) == pytest.approx(4 * per_phase * 0.08 / 6)
     assert sc.object_store_mb and sc.row_bytes  # queues between the stages are bounded by the object store
+
+
+def test_memory_bound_fits_its_best_split_and_no_split_that_fills_the_gpus():
+    sc = scenarios()["memory-bound"]
+    detect, embed = sc.stages
+    mem = lambda d, e: d * detect.base_mb + e * embed.base_mb  # noqa: E731
+    assert mem(3, 4) * 1.05 <= sc.memory_limit_mb  # the best split, with a settled planning margin
+    slots = int(4 / detect.num_gpus)
+    fill = [d for d in range(1, slots) if max(d, slots - d) <= detect.max_replicas == embed.max_replicas]
+    assert fill and all(mem(d, slots - d) > sc.memory_limit_mb for d in fill)
+    # the bound is that split: 4 Embed replicas at 0.06 s per row
+    assert work_bound_s(sc) == pytest.approx(sc.rows * 0.06 / 4)

@@ -810,3 +810,43 @@ def test_a_swap_back_does_not_take_the_old_batch_heap_while_its_new_actors_start
         observer.observe(op, float(k))
     tr = observer.tracks["embed"]
     assert tr.heap[key_of(op.config)] == 578 * 2**20, tr.heap
+
+
+def _starting_pool(k: int, *, running: int, pending: int, total=13_500):
+    """read -> embed at the user's batch of 8 (0.84 s a batch, 230 MiB per replica), its target 8
+    replicas with ``running`` up: the inner loop grew it while the rest start."""
+    MiB = 2**20
+    done = 8 * running * k
+    read = OperatorSnapshot(name="read", index=0, config=OperatorConfig(kind="task", replicas=None, min_replicas=1),
+                            rows_out_total=min(total, 400 * (k + 1)), rows_in_total=min(total, 400 * (k + 1)),
+                            rows_in_done_total=min(total, 400 * (k + 1)), tasks_finished=50 * (k + 1))
+    embed = OperatorSnapshot(
+        name="embed", index=1, rows_out_total=done, rows_in_total=done + 16 * running, rows_in_done_total=done,
+        tasks_finished=done // 8, busy_s=0.84 * done / 8, tasks_running=2 * running, tasks_in_flight=2 * running,
+        actors_running=running, actors_pending=pending, input_queue_blocks=180,
+        heap_rss_per_replica_bytes=230 * MiB if k else None, heap_live_per_replica_bytes=230 * MiB,
+        config=OperatorConfig(kind="actor", replicas=running + pending, min_replicas=1, max_replicas=8,
+                              num_gpus=0.5, batch_size=8))
+    return Snapshot(execution_id="e", seq=k, time_s=float(k), operators=(read, embed), input_rows_total=total,
+                    cluster=ClusterView(cpus=16, gpus=4, memory_limit_bytes=5000 * MiB))
+
+
+def test_a_pool_still_starting_takes_its_batch_size_trial_on_its_pending_actors():
+    """The inner loop grew the pool 1 -> 8 before the first plan: while seven actors are still
+    pending, the tuner's first trial starts them at the larger batch beside the one that is up
+    (new first, no swap); on a pool that is up, the same trial is a swap of the whole pool."""
+    first = {}
+    for running, pending in ((1, 7), (8, 0)):
+        policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5000 * 2**20, seed=0))
+        for k in range(30):
+            d = policy.step(_starting_pool(k, running=running, pending=pending), float(k))
+            assert d.kind != "error", d.reason
+            if d.kind == "tune":
+                first[running] = d
+                break
+    assert set(first) == {1, 8}, {r: d.reason for r, d in first.items()}
+    (t,) = [x for x in first[1].plan.targets if x.name == "embed"]
+    assert t.batch_size > 8 and not t.swap and 4 <= t.replicas <= 7, first[1].reason
+    assert "the pool is starting" in first[1].reason
+    (t8,) = [x for x in first[8].plan.targets if x.name == "embed"]
+    assert t8.batch_size > 8 and t8.swap and "the pool is starting" not in first[8].reason, first[8].reason

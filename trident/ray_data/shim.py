@@ -6,6 +6,7 @@ Data (:meth:`ExecutionShim.fail_open`), warns once, and is recorded in the run.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from typing import Any
@@ -255,11 +256,32 @@ class ExecutionShim:
                 current = self.builder.config(op)
                 type_only = (target.batch_size in (None, current.batch_size)
                              and target.num_gpus in (None, current.num_gpus))
+                if (not target.swap and target.accelerator_type in (None, current.accelerator_type)
+                        and not self._room_beside(op, target.num_gpus or current.num_gpus, now)):
+                    # the plan counted actors that came up since as pending ones to replace: a surge
+                    # would wait its whole guard (61 s on the batch-size scenario) for a GPU
+                    target = dataclasses.replace(target, swap=True)
+                    self._action(now, target.name, "rollout_step", "no GPU free beside the pool's running actors: "
+                                 "the rolling update swaps them half the pool at a time")
                 self.rollouts[op] = Rollout(op=op, target=target, size=size, node_type=self.builder.cluster.node_type,
                                             type_only=type_only, pending_guard_s=pending_guard_s(self.run.rewarm_s))
             change = ", ".join(f"{k}={v}" for k, v in (("batch_size", target.batch_size), ("num_gpus", target.num_gpus),
                                                        ("accelerator_type", target.accelerator_type)) if v is not None)
             self._action(now, target.name, "rollout_started", f"rolling update to {change}", applied=applied)
+
+    def _room_beside(self, op: Any, gpus_per_actor: float, now: float) -> bool:
+        """Whether one new actor of ``op`` (``gpus_per_actor`` GPUs) fits beside every pool's
+        actors, ``op``'s pending ones left out (a rolling update replaces them)."""
+        if gpus_per_actor <= 0:
+            return True
+        held = 0.0
+        for other, kind in self.kinds.items():
+            if kind != "actor" or other.has_completed():
+                continue
+            pool = other.get_autoscaling_actor_pools()[0]
+            n = pool.current_size() - (pool.num_pending_actors() if other is op else 0)
+            held += n * self.builder.config(other).num_gpus
+        return self.builder.cluster.view(now).gpus - held >= gpus_per_actor - 1e-9
 
     def _differs(self, op: Any, target: OperatorTarget) -> bool:
         current = self.builder.config(op)

@@ -147,8 +147,10 @@ class TridentPolicy:
         result = solve_placement(prob)
         if not result.changed:  # the allocation is settled: tune the bottleneck's batch size
             self._bound(ops, {o.name: o.config.replicas for o in ops if self._estimated(o, planning)}, "the plan")
-            trial = tuner.next_batch_size(snap, ops, prob, planning.rates, self.tracks, self.settings,
-                                          self.context.seed)
+            trial = self._starting_trial(snap, ops, prob, planning)
+            if trial is None:
+                trial = tuner.next_batch_size(snap, ops, prob, planning.rates, self.tracks, self.settings,
+                                              self.context.seed)
             if isinstance(trial, tuner.Trial):
                 return self._trial(trial, snap, now, notes + [result.reason])
             if trial is not None:
@@ -233,12 +235,43 @@ class TridentPolicy:
         return (tuple(t if x.name == t.name else x for x in targets),
                 replace(trial, target=t, swap=False, reason=reason))
 
-    def _beside(self, snap: Snapshot, trial: tuner.Trial) -> int:
-        """New replicas of ``trial`` that fit beside the pool's running ones: GPUs, and memory at
-        the optimiser's bound per new replica (at most the trial's count)."""
+    def _starting_trial(self, snap: Snapshot, ops, prob, planning) -> tuner.Trial | None:
+        """A pool still starting (at most half its actors up, the rest pending) starts its pending
+        actors at the batch size the tuner would try next once the pool is up, as its trial: the
+        rollout replaces pending actors anyway, and a trial on the settled pool would be a swap,
+        two cold starts of the whole pool (on the batch-size scenario the inner loop grew Embed
+        1 -> 8 at 12 s; the seven took 31 s to start, the swap to batch 16 then 52 s, half the
+        pool at a time). Only as many as fit beside the running actors, and at least half the
+        trial's; ``None`` when no pool is starting or the tuner would not try a batch."""
+        starting = {o.name: o.actors_running for o in ops if o.config.kind == "actor" and o.actors_pending > 0
+                    and 0 < 2 * o.actors_running <= (o.config.replicas or 0)}
+        if not starting or self.context.memory_limit_bytes is None:
+            return None
+        view = [replace(o, actors_running=o.config.replicas, actors_pending=0) if o.name in starting else o
+                for o in snap.operators]
+        after = replace(snap, operators=tuple(view))
+        before = self._tuner_state()
+        trial = tuner.next_batch_size(after, [after.operator(o.name) for o in ops], prob, planning.rates,
+                                      self.tracks, self.settings, self.context.seed)
+        trial = trial if isinstance(trial, tuner.Trial) else None
+        running = starting.get(trial.target.name) if trial is not None else None
+        n = self._beside(snap, trial, held={trial.target.name: running}) if running is not None else 0
+        if trial is None or n < max(math.ceil(trial.target.replicas / 2), 2 * running):
+            self._restore_tuner(before)  # not tried: the tuner's count stands as it was
+            return None
+        reason = trial.reason.split("; no room for new replicas")[0].replace(
+            f"on {trial.target.replicas} replica(s)", f"on {n} replica(s)")
+        return replace(trial, target=replace(trial.target, replicas=n, swap=False), replicas_from=running,
+                       swap=False, reason=reason + f" (the pool is starting, {running} of its actors up: its "
+                                                    f"pending actors start at the trial's batch)")
+
+    def _beside(self, snap: Snapshot, trial: tuner.Trial, held: dict[str, int] | None = None) -> int:
+        """New replicas of ``trial`` that fit beside the pool's running ones (``held``: replicas
+        each pool holds, default its target): GPUs, and memory at the optimiser's bound per new
+        replica (at most the trial's count)."""
         t = trial.target
         c = snap.operator(t.name).config
-        room = room_of(snap, {}, self._heaps(snap), self.context.memory_limit_bytes)
+        room = room_of(snap, held or {}, self._heaps(snap), self.context.memory_limit_bytes)
         n = t.replicas
         if c.num_gpus > 0:
             n = min(n, math.floor(room.gpus / c.num_gpus + 1e-9))
