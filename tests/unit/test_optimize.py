@@ -4,6 +4,7 @@ import pytest
 
 from trident.errors import ConfigError
 from trident.optimize import KnobSpace, Knobs, Observation, SafeBayesOpt
+from trident.optimize.safe_bo import warm_up
 from trident.optimize.synthetic import OomCliffObjective
 
 SPACE = KnobSpace(batch_sizes=(8, 16, 32, 64, 128, 256, 512), concurrencies=tuple(range(1, 13)), device_types=("cpu", "gpu"))
@@ -51,6 +52,8 @@ def test_starts_from_the_known_safe_configuration_and_is_deterministic():
     obs = [obj.evaluate(k, rng) for k in (INITIAL, Knobs(32, 2, "cpu"))]
     a, b = bo.suggest(obs), _bo(obj).suggest(obs)
     assert a == b and not a.converged
+    warm_up()  # fits its own models beside: the suggestion is the same after it
+    assert _bo(obj).suggest(obs) == a
     assert a.knobs not in {o.knobs for o in obs}
     if a.knobs.device_type == "gpu":  # an unseen device is only tried at its minimal configuration
         assert a.knobs == SPACE.minimal("gpu")

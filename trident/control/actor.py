@@ -9,6 +9,7 @@ why, and the shim hands the execution back to stock Ray Data.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -27,13 +28,22 @@ class Controller:
 
     def _warm(self, policy: Any) -> None:
         """Import the batch-size search's GP stack in the background once per controller process,
-        for the policy that uses it, so its first trial is not late by the import."""
+        for the policy that uses it, so its first trial is not late by the import. The thread runs
+        at the lowest CPU priority: its seconds of CPU must not slow the pipeline's first actors
+        starting beside it on a small machine."""
         if getattr(self, "_warmed", False) or getattr(policy, "name", policy) != "trident":
             return
         from trident.optimize.safe_bo import warm_up
 
+        def warm() -> None:
+            try:  # on Linux a thread's nice value is its own
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+            except (AttributeError, OSError):
+                pass
+            warm_up()
+
         self._warmed = True
-        threading.Thread(target=warm_up, name="trident-warm-up", daemon=True).start()
+        threading.Thread(target=warm, name="trident-warm-up", daemon=True).start()
 
     def reset(self, *, policy: Any, context: PolicyContext) -> None:
         """Start over for a new run (an idle controller actor is reused rather than restarted)."""

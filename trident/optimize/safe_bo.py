@@ -290,13 +290,25 @@ class SafeBayesOpt:
 
 
 def warm_up() -> None:
-    """Import the GP stack (torch, gpytorch, botorch) ahead of the first suggestion: seconds of
-    CPU on a small machine (about 4 s here, 16 s under a running pipeline, which delayed the
-    first batch-size trial by as much). Safe to call from a background thread."""
+    """Import the GP stack (torch, gpytorch, botorch) and fit each of its models once ahead of
+    the first suggestion: seconds of CPU on a small machine (about 4 s here, 16 s under a running
+    pipeline, which delayed the first batch-size trial by as much). Safe to call from a
+    background thread."""
     import botorch.acquisition.analytic  # noqa: F401
     import botorch.fit  # noqa: F401
     import botorch.models  # noqa: F401
     import gpytorch  # noqa: F401
+
+    # one tiny fit of each model: their first construction costs more than the imports (1.4 s of
+    # a 2.2 s first suggestion in a kernel's first ``batch_shape``; 21 s while 7 actors started)
+    # (no RNG fork or thread limit here: a policy step may run beside this thread)
+    import torch
+
+    x = np.array([[0.0, 0.0, 0.0], [0.5, 1.0, 0.0], [1.0, 0.5, 1.0]])
+    for model in (_fit_gp(x, np.array([0.0, 0.3, 0.1]), linear_mean=False, shared_dims=2),
+                  _fit_gp(x[:, :1], np.array([1.0, 1.2, 1.5]), linear_mean=True)):
+        with torch.no_grad():
+            model.posterior(torch.as_tensor(x[:1, :model.train_inputs[0].shape[-1]], dtype=torch.float64))
 
 
 def _fit_gp(x: np.ndarray, y: np.ndarray, *, linear_mean: bool, shared_dims: int = 0):
