@@ -62,13 +62,7 @@ def _quick(context=None, **settings):
         rate_window_s=2.0, min_dwell_s=4.0, dwell_cold_starts=1.0, **settings))
 
 
-def _exploring(context=None):
-    return TridentPolicy(context=context, settings=TridentSettings(
-        rate_window_s=2.0, min_dwell_s=2.0, dwell_cold_starts=0.0, explore_types=True, explore_windows=1,
-        explore_min_remaining_s=0.0))
-
-
-_quick.name = _exploring.name = "trident"
+_quick.name = "trident"
 
 
 def test_a_gpu_pool_moves_to_the_accelerator_type_where_it_is_faster(cluster):

@@ -229,11 +229,8 @@ class TridentPolicy:
                                     2 * (snap.operator(trial.target.name).config.replicas or 0)):
             self._restore_tuner(before)  # not tried: the tuner's count stands as it was
             return targets, None
-        t = replace(trial.target, replicas=n, swap=False)
-        reason = trial.reason.split("; no room for new replicas")[0].replace(
-            f"on {trial.target.replicas} replica(s)", f"on {n} replica(s)")
-        return (tuple(t if x.name == t.name else x for x in targets),
-                replace(trial, target=t, swap=False, reason=reason))
+        beside = _beside_old(trial, n)
+        return tuple(beside.target if x.name == beside.target.name else x for x in targets), beside
 
     def _starting_trial(self, snap: Snapshot, ops, prob, planning) -> tuner.Trial | None:
         """A pool still starting (at most half its actors up, the rest pending) starts its pending
@@ -259,11 +256,10 @@ class TridentPolicy:
         if trial is None or n < max(math.ceil(trial.target.replicas / 2), 2 * running):
             self._restore_tuner(before)  # not tried: the tuner's count stands as it was
             return None
-        reason = trial.reason.split("; no room for new replicas")[0].replace(
-            f"on {trial.target.replicas} replica(s)", f"on {n} replica(s)")
-        return replace(trial, target=replace(trial.target, replicas=n, swap=False), replicas_from=running,
-                       swap=False, reason=reason + f" (the pool is starting, {running} of its actors up: its "
-                                                    f"pending actors start at the trial's batch)")
+        beside = _beside_old(trial, n)
+        return replace(beside, replicas_from=running, reason=beside.reason + f" (the pool is starting, {running} of "
+                                                                             f"its actors up: its pending actors "
+                                                                             f"start at the trial's batch)")
 
     def _beside(self, snap: Snapshot, trial: tuner.Trial, held: dict[str, int] | None = None) -> int:
         """New replicas of ``trial`` that fit beside the pool's running ones (``held``: replicas
@@ -479,3 +475,10 @@ def _moves(steps) -> bool:
     """Whether a rollout starts actors in the room old ones leave on a node: a move to another
     accelerator type, or a swap."""
     return any(st.target.accelerator_type is not None or st.target.swap for st in steps)
+
+
+def _beside_old(trial: tuner.Trial, n: int) -> tuner.Trial:
+    """``trial`` on ``n`` new replicas started beside the old ones (new first, no swap)."""
+    reason = trial.reason.split("; no room for new replicas")[0].replace(
+        f"on {trial.target.replicas} replica(s)", f"on {n} replica(s)")
+    return replace(trial, target=replace(trial.target, replicas=n, swap=False), swap=False, reason=reason)
