@@ -111,3 +111,71 @@ def test_two_batches_bound_memory_by_the_secant_not_the_batch_ratio():
     u1, u2 = (bo.memory_upper_bytes([Knobs(32, 1, "cpu")], obs)[0] for obs in (one, two))
     assert u1 == pytest.approx(2 * 2.6e9 * 1.03)
     assert u2 < u1 and u2 >= 4.2e9  # the affine truth at 32 is 4.2 GB: the bound stays above it
+
+
+def test_one_measured_batch_steps_to_the_trust_region_edge_without_a_fit(monkeypatch):
+    """Measured at one batch size, the step is the model's (same batch, same goal) but needs no
+    fit: a fit costs seconds of CPU while the pipeline's first actors start."""
+    from trident.optimize import safe_bo
+
+    rng = np.random.default_rng(3)
+    for _ in range(6):
+        b, n = int(rng.choice([4, 8, 16])), int(rng.choice([4, 6, 8]))
+        space = KnobSpace(batch_sizes=(b, 2 * b, 4 * b), concurrencies=tuple(range(n // 2, n + 1)), device_types=("gpu",))
+        heap, others = rng.uniform(1e8, 8e8), rng.uniform(0, 1e9)
+        limit = others + n * heap * rng.uniform(1.2, 4.0)
+        obs = [Observation(Knobs(b, c, "gpu"), 10.0 * c, heap) for c in space.concurrencies]
+        bo = SafeBayesOpt(space=space, memory_limit_bytes=limit, initial=Knobs(b, n, "gpu"), fixed_memory_bytes=others)
+        with monkeypatch.context() as m:
+            m.setattr(safe_bo, "_log_expected_improvement", lambda *a, **k: pytest.fail("fitted"))
+            fast = bo.suggest(obs)
+        with monkeypatch.context() as m:
+            m.setattr(SafeBayesOpt, "_first_step", lambda *a, **k: None)
+            model = bo.suggest(obs)
+        if model.converged or model.knobs.batch_size <= b:  # no larger batch certified: the model decides
+            continue
+        assert (fast.knobs.batch_size, fast.goal and fast.goal.batch_size) == (
+            model.knobs.batch_size, model.goal and model.goal.batch_size), (fast, model)
+        assert fast.memory_ucb_bytes <= limit and fast.expected_improvement > 0 and not fast.converged
+
+
+def test_a_fit_is_deferred_while_the_model_loads_in_another_thread(monkeypatch):
+    """While :func:`warm_up` runs, ``gp_busy`` says so (a control step then does not wait on it);
+    a torch still being imported is not touched by ``single_threaded``."""
+    import sys
+    import threading
+    import types
+
+    from trident.model.threads import single_threaded
+    from trident.optimize import safe_bo
+
+    assert not safe_bo.gp_busy()
+    seen, release = [], threading.Event()
+
+    def fit(*args, **kwargs):  # stands in for a slow first fit
+        seen.append(safe_bo.gp_busy())
+        release.wait(10)
+        raise RuntimeError("stand-in")
+
+    def warm():
+        try:
+            safe_bo.warm_up()
+        except RuntimeError:
+            pass
+
+    monkeypatch.setattr(safe_bo, "_fit_gp", fit)
+    thread = threading.Thread(target=warm, daemon=True)
+    thread.start()
+    for _ in range(200):
+        if seen:
+            break
+        threading.Event().wait(0.05)
+    assert seen == [True] and safe_bo.gp_busy()
+    release.set()
+    thread.join(10)
+    assert not safe_bo.gp_busy()
+    half = types.ModuleType("torch")
+    half.__spec__ = types.SimpleNamespace(_initializing=True)  # no get_num_threads yet
+    monkeypatch.setitem(sys.modules, "torch", half)
+    with single_threaded():
+        pass

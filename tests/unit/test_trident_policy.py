@@ -850,3 +850,27 @@ def test_a_pool_still_starting_takes_its_batch_size_trial_on_its_pending_actors(
     assert "the pool is starting" in first[1].reason
     (t8,) = [x for x in first[8].plan.targets if x.name == "embed"]
     assert t8.batch_size > 8 and t8.swap and "the pool is starting" not in first[8].reason, first[8].reason
+
+
+def test_the_first_batch_size_trial_needs_no_model_fit_and_later_ones_wait_for_the_model(monkeypatch):
+    """With one batch measured the trial needs no fit: it goes out while the optimiser's model is
+    still loading in another thread (on the batch-size scenario a step that waited for it reached
+    the shim 13-24 s late); a trial that needs the model waits for it, and says so."""
+    import threading
+
+    from trident.optimize import safe_bo
+
+    loading = threading.Event()
+    loading.set()
+    monkeypatch.setattr(safe_bo, "_warming", loading)
+    monkeypatch.setattr(safe_bo, "_log_expected_improvement", lambda *a, **k: pytest.fail("a fit while loading"))
+    policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5000 * 2**20, seed=0))
+    tune = next((d for k in range(30) if (d := policy.step(_starting_pool(k, running=1, pending=7), float(k))).kind
+                 == "tune"), None)
+    assert tune is not None and "the pool is starting" in tune.reason
+    res = simulate(_batch_sensitive(), policy=TridentPolicy(
+        context=PolicyContext(memory_limit_bytes=_batch_sensitive().memory_limit_bytes, seed=0)), seed=0)
+    assert res.finished and res.oom_kills == 0
+    batches = {t.batch_size for d in _plans(res) for t in d.plan.targets if t.batch_size is not None}
+    assert batches == {16}, batches  # the first trial only
+    assert any("waits for its model" in n for d in res.decisions for n in d.notes)

@@ -9,7 +9,6 @@ why, and the shim hands the execution back to stock Ray Data.
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -26,31 +25,29 @@ class Controller:
     def __init__(self, *, policy: Any, context: PolicyContext) -> None:
         self.reset(policy=policy, context=context)
 
-    def _warm(self, policy: Any) -> None:
-        """Import the batch-size search's GP stack in the background once per controller process,
-        for the policy that uses it, so its first trial is not late by the import. The thread runs
-        at the lowest CPU priority: its seconds of CPU must not slow the pipeline's first actors
-        starting beside it on a small machine."""
-        if getattr(self, "_warmed", False) or getattr(policy, "name", policy) != "trident":
+    def _warm(self, decision: Decision) -> None:
+        """Once per controller process, after the first decision that tries a batch size (one
+        measured batch size needs no model fit; the next trial does), import the batch-size
+        search's GP stack and fit its models in a background thread, so that the next trial is
+        not late by seconds of imports. The thread runs at the process's own priority: a thread
+        at a lower one held Python's GIL and import locks while the pipeline's starting actors
+        kept it off the CPU, and the control step waited on it (the first trial of the
+        batch-size scenario reached the shim 13-24 s after its snapshot; a 0.3 s loop of the step
+        took 4-6 s beside such a thread and six busy processes, 1.2 s beside one at its own
+        priority). While it runs, the search defers any fit (``safe_bo.gp_busy``)."""
+        if getattr(self, "_warmed", False) or decision.plan is None or not any(
+                t.batch_size is not None for t in decision.plan.targets):
             return
         from trident.optimize.safe_bo import warm_up
 
-        def warm() -> None:
-            try:  # on Linux a thread's nice value is its own
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-            except (AttributeError, OSError):
-                pass
-            warm_up()
-
         self._warmed = True
-        threading.Thread(target=warm, name="trident-warm-up", daemon=True).start()
+        threading.Thread(target=warm_up, name="trident-warm-up", daemon=True).start()
 
     def reset(self, *, policy: Any, context: PolicyContext) -> None:
         """Start over for a new run (an idle controller actor is reused rather than restarted)."""
         self.policy = policy
         self.context = context
         self.loops: dict[str, ControlLoop] = {}
-        self._warm(policy)
         if not hasattr(self, "metrics"):  # one set of series per controller process, kept across runs
             from trident.control.metrics import ControllerMetrics
 
@@ -74,6 +71,7 @@ class Controller:
             policy = self.policy if isinstance(self.policy, str) else self.policy(context=self.context)
             loop = self.loops[snapshot.execution_id] = ControlLoop(policy=policy, context=self.context)
         decision = loop.step(snapshot, now)
+        self._warm(decision)
         if self.metrics is not None:
             self.metrics.record(snapshot, decision, policy=getattr(loop.policy, "name", type(loop.policy).__name__),
                                 memory_limit_bytes=self.context.memory_limit_bytes)

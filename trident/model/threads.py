@@ -17,6 +17,8 @@ def single_threaded() -> Iterator[None]:
     from threadpoolctl import threadpool_limits
 
     torch = sys.modules.get("torch")
+    if torch is not None and getattr(getattr(torch, "__spec__", None), "_initializing", False):
+        torch = None  # still being imported by another thread (the optimiser's warm-up): not ours to touch
     previous = torch.get_num_threads() if torch is not None else None
     if torch is not None:
         torch.set_num_threads(1)

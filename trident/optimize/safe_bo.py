@@ -36,12 +36,14 @@ expander on its device (a safe configuration at a batch not yet observed there, 
 larger than the goal's), the expander at the largest such batch is evaluated instead:
 learning memory there grows the safe set toward the goal. When nothing promises a
 relative gain of ``min_improvement`` it returns the best safe observation
-(``converged``). The first suggestion is the known-safe ``initial`` configuration.
+(``converged``). The first suggestion is the known-safe ``initial`` configuration; with one
+batch size measured on a one-device space the step needs no fit (see :meth:`SafeBayesOpt._first_step`).
 Deterministic for a given ``seed``; torch is seeded inside a forked RNG.
 """
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -209,6 +211,9 @@ class SafeBayesOpt:
         best = self.best(observations)
         if not is_safe.any():
             return self._converged(best, "no unevaluated configuration is certainly safe")
+        first = self._first_step(candidates, is_safe, lower <= self.memory_limit_bytes, upper, best, observations)
+        if first is not None:
+            return first
         x_train = self.space.encode([o.knobs for o in observations])
         y_train = np.log([o.throughput_rows_per_s for o in observations])
         best_f = math.log(best.throughput_rows_per_s) if best is not None else float(y_train.max())
@@ -251,6 +256,54 @@ class SafeBayesOpt:
             goal_improvement=float(math.exp(log_ei[goal])) if g is not None else 0.0,
         )
 
+    def _first_step(
+        self,
+        candidates: Sequence[Knobs],
+        is_safe: np.ndarray,
+        plausible: np.ndarray,
+        upper: np.ndarray,
+        best: Observation | None,
+        observations: Sequence[Observation],
+    ) -> Suggestion | None:
+        """The step after one batch size was measured on a one-device space, found without a fit.
+
+        Measured at one batch, the throughput model knows nothing of the batch trend beyond its
+        prior (the rate per row of batch per replica is constant), so its mean grows in proportion
+        to batch x replicas and the search's step is known: the safe configuration at the largest
+        batch above the measured one (the trust region's edge), at its most replicas, toward the
+        largest batch x replicas not known unsafe. A fit of the model costs seconds of CPU when it
+        matters most, as the pipeline's first actors start on a small machine. ``None`` when more
+        is known, or no larger batch is certified safe (the model then decides)."""
+        if len(self.space.device_types) != 1 or best is None or len({o.knobs.batch_size for o in observations}) != 1:
+            return None
+        b = observations[0].knobs.batch_size
+        up = [j for j, k in enumerate(candidates) if is_safe[j] and k.batch_size > b]
+        if not up:
+            return None
+        per_row = best.throughput_rows_per_s / (best.knobs.batch_size * best.knobs.concurrency)
+
+        def gain(k: Knobs) -> float:
+            return per_row * k.batch_size * k.concurrency / best.throughput_rows_per_s - 1
+
+        i = max(up, key=lambda j: (candidates[j].batch_size, candidates[j].concurrency))
+        k, u = candidates[i], float(upper[i])
+        goals = [j for j, g in enumerate(candidates) if not is_safe[j] and plausible[j] and g.batch_size > k.batch_size]
+        g = candidates[max(goals, key=lambda j: (gain(candidates[j]), candidates[j].batch_size))] if goals else None
+        prior = "if throughput grows with the batch: one batch size measured says nothing against it"
+        why = (f"expand the safe set toward {g.device_type} batch {g.batch_size} x{g.concurrency} ({gain(g):+.0%} "
+               f"{prior}): learn memory at batch {k.batch_size} on {k.device_type}" if g is not None else
+               f"the largest certified safe batch ({gain(k):+.0%} {prior})")
+        return Suggestion(
+            knobs=k,
+            reason=f"{why}; memory bound {u / 2**30:.2f} GiB <= limit {self.memory_limit_bytes / 2**30:.2f} GiB",
+            predicted_throughput_rows_per_s=per_row * k.batch_size * k.concurrency,
+            memory_ucb_bytes=u,
+            safe_candidates=int(is_safe.sum()),
+            expected_improvement=gain(k),
+            goal=g,
+            goal_improvement=gain(g) if g is not None else 0.0,
+        )
+
     def _expansion(
         self,
         candidates: Sequence[Knobs],
@@ -289,26 +342,39 @@ class SafeBayesOpt:
         return Suggestion(chosen, f"converged: {why}; keep the best safe configuration", converged=True)
 
 
+_warming = threading.Event()
+
+
+def gp_busy() -> bool:
+    """Whether :func:`warm_up` is running (in another thread): a caller that must not wait on
+    its imports (a control step) should not fit a model now."""
+    return _warming.is_set()
+
+
 def warm_up() -> None:
     """Import the GP stack (torch, gpytorch, botorch) and fit each of its models once ahead of
-    the first suggestion: seconds of CPU on a small machine (about 4 s here, 16 s under a running
-    pipeline, which delayed the first batch-size trial by as much). Safe to call from a
-    background thread."""
-    import botorch.acquisition.analytic  # noqa: F401
-    import botorch.fit  # noqa: F401
-    import botorch.models  # noqa: F401
-    import gpytorch  # noqa: F401
+    the next suggestion that needs a fit: seconds of CPU on a small machine (about 4 s here,
+    16 s under a running pipeline). Safe to call from a background thread; :func:`gp_busy`
+    says whether it is still running."""
+    _warming.set()
+    try:
+        import botorch.acquisition.analytic  # noqa: F401
+        import botorch.fit  # noqa: F401
+        import botorch.models  # noqa: F401
+        import gpytorch  # noqa: F401
 
-    # one tiny fit of each model: their first construction costs more than the imports (1.4 s of
-    # a 2.2 s first suggestion in a kernel's first ``batch_shape``; 21 s while 7 actors started)
-    # (no RNG fork or thread limit here: a policy step may run beside this thread)
-    import torch
+        # one tiny fit of each model: their first construction costs more than the imports (1.4 s
+        # of a 2.2 s first suggestion in a kernel's first ``batch_shape``; 21 s while 7 actors
+        # started) (no RNG fork or thread limit here: a policy step may run beside this thread)
+        import torch
 
-    x = np.array([[0.0, 0.0, 0.0], [0.5, 1.0, 0.0], [1.0, 0.5, 1.0]])
-    for model in (_fit_gp(x, np.array([0.0, 0.3, 0.1]), linear_mean=False, shared_dims=2),
-                  _fit_gp(x[:, :1], np.array([1.0, 1.2, 1.5]), linear_mean=True)):
-        with torch.no_grad():
-            model.posterior(torch.as_tensor(x[:1, :model.train_inputs[0].shape[-1]], dtype=torch.float64))
+        x = np.array([[0.0, 0.0, 0.0], [0.5, 1.0, 0.0], [1.0, 0.5, 1.0]])
+        for model in (_fit_gp(x, np.array([0.0, 0.3, 0.1]), linear_mean=False, shared_dims=2),
+                      _fit_gp(x[:, :1], np.array([1.0, 1.2, 1.5]), linear_mean=True)):
+            with torch.no_grad():
+                model.posterior(torch.as_tensor(x[:1, :model.train_inputs[0].shape[-1]], dtype=torch.float64))
+    finally:
+        _warming.clear()
 
 
 def _fit_gp(x: np.ndarray, y: np.ndarray, *, linear_mean: bool, shared_dims: int = 0):

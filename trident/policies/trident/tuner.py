@@ -63,7 +63,7 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
     o = max(cands, key=lambda c: util.get(c.name, 0.0))
     if util.get(o.name, 0.0) < max(util.values()) - 1e-9:
         return None
-    from trident.optimize.safe_bo import SafeBayesOpt
+    from trident.optimize.safe_bo import SafeBayesOpt, gp_busy
     from trident.optimize.space import KnobSpace, Knobs, Observation
 
     tr = tracks[o.name]
@@ -87,6 +87,8 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
     seen = sorted({ob.knobs.batch_size for ob in obs})
     if b not in seen:
         return None
+    if len(seen) > 1 and gp_busy():  # a step must not wait on the model's imports in another thread
+        return f"{o.name}'s batch-size search waits for its model, still loading in the background"
     batches = tuple(sorted(set(seen) | {b * 2, b * 4}))  # a tried batch without a rate is not tried again
     bo = SafeBayesOpt(space=KnobSpace(batch_sizes=batches, concurrencies=concurrencies, device_types=(dev,)),
                       memory_limit_bytes=float(limit), initial=Knobs(b, n_max, dev), seed=seed,
