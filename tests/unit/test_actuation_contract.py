@@ -198,3 +198,19 @@ def test_a_surge_waits_for_slow_cold_starts_before_it_swaps():
     assert pool.pending == 4 and not roll.target.swap and not pool.trident_retiring
     notes = roll.step(37.0)
     assert roll.target.swap and any("swapping instead" in n for n in notes), notes
+
+
+def test_a_surge_with_room_beside_the_old_actors_waits_for_its_slow_starts():
+    """New actors that fit beside the running ones are slow to start, not blocked: the guard does
+    not cancel them for a swap (that starts them over); without room it does."""
+    from trident.ray_data.rollout import Rollout
+
+    for room in (True, False):
+        op, pool = _fake_op(4)
+        asked = []
+        roll = Rollout(op=op, target=OperatorTarget(name="m", num_gpus=1.0, replicas=4), size=4, pending_guard_s=15.0,
+                       room_beside=lambda n: asked.append(n) or room)
+        roll.step(0.0)
+        notes = roll.step(40.0)
+        assert asked == [4] and roll.target.swap is not room, (room, notes)
+        assert (pool.pending == 4 and not pool.trident_retiring) if room else any("swapping instead" in n for n in notes)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from ray.data._internal.actor_autoscaler import ActorPoolScalingRequest, _get_max_scale_up
@@ -156,14 +157,18 @@ class Rollout:
     """One rolling update of one actor operator (new actors first, old drained then released)."""
 
     def __init__(self, *, op: Any, target: OperatorTarget, size: int, pending_guard_s: float = PENDING_GUARD_S,
-                 node_type: dict[str, str] | None = None, type_only: bool = False) -> None:
+                 node_type: dict[str, str] | None = None, type_only: bool = False,
+                 room_beside: Callable[[int], bool] | None = None) -> None:
         """``type_only``: the update changes the accelerator type and nothing else, so old actors
-        already on a node of that type are kept (they are what a new actor would be)."""
+        already on a node of that type are kept (they are what a new actor would be).
+        ``room_beside(n)``: whether ``n`` new actors fit beside the running ones (``None``: never
+        known to)."""
         import ray
 
         transformer = with_batch_size(op._map_transformer, target.batch_size) if target.batch_size is not None else None
         self.op = op
         self.pending_guard_s = pending_guard_s
+        self.room_beside = room_beside
         self.node_type = node_type or {}
         self.surge_started_s: float | None = None
         self.target = target
@@ -207,8 +212,11 @@ class Rollout:
         (the surge is temporary: each new actor that is up retires an old one). Old actors on
         nodes of the accelerator type the update moves to go first, and at once while new actors
         wait for room (they hold the GPUs the new ones need). If no new actor has come up
-        ``pending_guard_s`` after the surge began (the cluster has no room for it), the update
-        goes on as a swap (:meth:`_swap_step`).
+        ``pending_guard_s`` after the surge began and the cluster has no room for the pending ones
+        beside the running actors, the update goes on as a swap (:meth:`_swap_step`); with room,
+        the new actors are slow to start, not blocked, and a swap would only cancel them and start
+        them again (a pool's first trial, riding on its starting actors, was swapped at 15 s on the
+        batch-size scenario: its seven actors, 15 s into a 20 s start, started over).
         """
         pool = self.pool
         notes: list[str] = []
@@ -228,7 +236,8 @@ class Rollout:
         in_the_way = sum(1 for a in serving if self._on_target_type(a))
         making_room = min(in_the_way, pool.num_pending_actors())
         if (new_running == 0 and not draining and making_room == 0 and self.surge_started_s is not None
-                and now_s - self.surge_started_s > self.pending_guard_s):
+                and now_s - self.surge_started_s > self.pending_guard_s
+                and not (self.room_beside is not None and self.room_beside(pool.num_pending_actors()))):
             self.target = dataclasses.replace(self.target, swap=True)  # no room beside the old ones
             self.swap_cap = min(self.size, len(pool._running_actors))
             notes.append(f"no new actor up {self.pending_guard_s:.0f} s after the surge began: swapping instead")

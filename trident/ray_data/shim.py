@@ -263,15 +263,18 @@ class ExecutionShim:
                     target = dataclasses.replace(target, swap=True)
                     self._action(now, target.name, "rollout_step", "no GPU free beside the pool's running actors: "
                                  "the rolling update swaps them half the pool at a time")
+                gpus = target.num_gpus or current.num_gpus
                 self.rollouts[op] = Rollout(op=op, target=target, size=size, node_type=self.builder.cluster.node_type,
-                                            type_only=type_only, pending_guard_s=pending_guard_s(self.run.rewarm_s))
+                                            type_only=type_only, pending_guard_s=pending_guard_s(self.run.rewarm_s),
+                                            room_beside=lambda n, op=op, gpus=gpus: self._room_beside(
+                                                op, gpus, self.now_s(), count=n))
             change = ", ".join(f"{k}={v}" for k, v in (("batch_size", target.batch_size), ("num_gpus", target.num_gpus),
                                                        ("accelerator_type", target.accelerator_type)) if v is not None)
             self._action(now, target.name, "rollout_started", f"rolling update to {change}", applied=applied)
 
-    def _room_beside(self, op: Any, gpus_per_actor: float, now: float) -> bool:
-        """Whether one new actor of ``op`` (``gpus_per_actor`` GPUs) fits beside every pool's
-        actors, ``op``'s pending ones left out (a rolling update replaces them)."""
+    def _room_beside(self, op: Any, gpus_per_actor: float, now: float, count: int = 1) -> bool:
+        """Whether ``count`` new actors of ``op`` (``gpus_per_actor`` GPUs each) fit beside every
+        pool's actors, ``op``'s pending ones left out (a rolling update replaces them)."""
         if gpus_per_actor <= 0:
             return True
         held = 0.0
@@ -281,7 +284,7 @@ class ExecutionShim:
             pool = other.get_autoscaling_actor_pools()[0]
             n = pool.current_size() - (pool.num_pending_actors() if other is op else 0)
             held += n * self.builder.config(other).num_gpus
-        return self.builder.cluster.view(now).gpus - held >= gpus_per_actor - 1e-9
+        return self.builder.cluster.view(now).gpus - held >= count * gpus_per_actor - 1e-9
 
     def _differs(self, op: Any, target: OperatorTarget) -> bool:
         current = self.builder.config(op)
