@@ -200,3 +200,17 @@ def test_actors_pending_although_the_totals_fit_cap_task_operators_but_never_the
     stuck = obstacle(snap, snap.operator("a"), step, room_of(snap, {"a": 4}, {}, None))
     assert "pending although the plan fits the cluster's totals" in stuck.obstacle and not stuck.short
     assert stuck.task_caps == (OperatorTarget(name="read", replicas=2),)
+
+
+def test_actors_pending_while_the_gpu_nodes_cpus_hold_every_actor_and_task_cap_nothing():
+    """The GPU nodes' CPUs hold every GPU actor and every running task at once: the tasks are not
+    what keeps the pool's actors pending (they are slow to start), so no task is capped."""
+    pool = replace(_actor("a", 1, replicas=8, in_flight=4, queued=50), actors_running=1, actors_pending=7)
+    step = RolloutStep(operator="a", action="scale_up", replicas_from=1, replicas_to=8,
+                       target=OperatorTarget(name="a", replicas=8), phase=0, reason="test")
+    for node_cpus, capped in ((12.0, False), (10.0, True)):
+        snap = Snapshot(execution_id="e", seq=1, time_s=1.0, operators=(_task("read", 0, running=4), pool),
+                        cluster=ClusterView(cpus=16, gpus=4, gpus_by_type=(("A", 2.0), ("B", 2.0)),
+                                            cpus_by_type=(("A", node_cpus / 2), ("B", node_cpus / 2))))
+        stuck = obstacle(snap, snap.operator("a"), step, room_of(snap, {"a": 8}, {}, None))
+        assert bool(stuck.task_caps) is capped and not stuck.short, (node_cpus, stuck)

@@ -160,7 +160,8 @@ def _obstacle(snap: Snapshot, o: OperatorSnapshot, st: RolloutStep, room: Room) 
         return Stuck(o.name, reached, st.replicas_to,
                      "no actor was started: Ray Data's per-operator budget or the pool's max_size held it back")
     caps, held = _task_caps(snap, o.actors_pending * c.num_cpus)
-    if caps:  # the totals fit, a node does not: task operators' CPUs are the part trident can move
+    if caps and not _gpu_nodes_hold_all(snap, o):
+        # the totals fit, a node does not: task operators' CPUs are the part trident can move
         # (after the patience of a slow start: at one cold start this capped the reads of a
         # pool's 7 starting actors on a loaded machine, and the reads became the bottleneck)
         return Stuck(o.name, reached, st.replicas_to, f"{o.actors_pending} actor(s) still pending although the "
@@ -168,6 +169,21 @@ def _obstacle(snap: Snapshot, o: OperatorSnapshot, st: RolloutStep, room: Room) 
                      short=False)
     return Stuck(o.name, reached, st.replicas_to, f"{o.actors_pending} actor(s) still pending although the plan "
                  "fits the cluster: no single node has room for them, or they fail to start", short=False)
+
+
+def _gpu_nodes_hold_all(snap: Snapshot, o: OperatorSnapshot) -> bool:
+    """Whether ``o`` is a GPU pool and the CPUs of the GPU nodes (the typed ones) hold every GPU
+    pool's actors and every running task at once: then task operators cannot be what keeps its
+    actors pending, they are slow to start (on the batch-size scenario 7 actors took over 15 s where
+    the GPU nodes' 12 CPUs held all 8 actors and the 4 read tasks, and the reads were capped at one
+    task for 19 s)."""
+    node_cpus = sum(c for _, c in snap.cluster.cpus_by_type)
+    if o.config.num_gpus <= 0 or node_cpus <= 0:
+        return False
+    actors = sum((x.config.replicas or 0) * x.config.num_cpus for x in snap.operators
+                 if x.config.kind == "actor" and x.config.num_gpus > 0 and not x.completed)
+    tasks = sum(t.tasks_running * t.config.num_cpus for t in snap.operators if t.config.kind == "task" and not t.completed)
+    return actors + tasks <= node_cpus + 1e-9
 
 
 def _tasks(snap: Snapshot) -> list[OperatorSnapshot]:
