@@ -140,8 +140,9 @@ def test_one_measured_batch_steps_to_the_trust_region_edge_without_a_fit(monkeyp
 
 
 def test_a_fit_is_deferred_while_the_model_loads_in_another_thread(monkeypatch):
-    """While :func:`warm_up` runs, ``gp_busy`` says so (a control step then does not wait on it);
-    a torch still being imported is not touched by ``single_threaded``."""
+    """While :func:`warm_up` runs, ``gp_busy`` says so and a suggestion that needs a fit raises
+    ``ModelLoading`` (a control step then does not wait on it); a torch still being imported is not
+    touched by ``single_threaded``."""
     import sys
     import threading
     import types
@@ -171,6 +172,9 @@ def test_a_fit_is_deferred_while_the_model_loads_in_another_thread(monkeypatch):
             break
         threading.Event().wait(0.05)
     assert seen == [True] and safe_bo.gp_busy()
+    two = [Observation(Knobs(b, 2, "cpu"), 10.0 * b, 1e8 * b) for b in (16, 32)]
+    with pytest.raises(safe_bo.ModelLoading):
+        SafeBayesOpt(space=SPACE, memory_limit_bytes=1e11, initial=INITIAL).suggest(two)
     release.set()
     thread.join(10)
     assert not safe_bo.gp_busy()

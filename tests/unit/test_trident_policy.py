@@ -863,7 +863,7 @@ def test_the_first_batch_size_trial_needs_no_model_fit_and_later_ones_wait_for_t
     loading = threading.Event()
     loading.set()
     monkeypatch.setattr(safe_bo, "_warming", loading)
-    monkeypatch.setattr(safe_bo, "_log_expected_improvement", lambda *a, **k: pytest.fail("a fit while loading"))
+    monkeypatch.setattr(safe_bo, "_fit_gp", lambda *a, **k: pytest.fail("a fit while loading"))
     policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5000 * 2**20, seed=0))
     tune = next((d for k in range(30) if (d := policy.step(_starting_pool(k, running=1, pending=7), float(k))).kind
                  == "tune"), None)
@@ -873,4 +873,4 @@ def test_the_first_batch_size_trial_needs_no_model_fit_and_later_ones_wait_for_t
     assert res.finished and res.oom_kills == 0
     batches = {t.batch_size for d in _plans(res) for t in d.plan.targets if t.batch_size is not None}
     assert batches == {16}, batches  # the first trial only
-    assert any("waits for its model" in n for d in res.decisions for n in d.notes)
+    assert any("model is still loading" in n for d in res.decisions for n in d.notes)

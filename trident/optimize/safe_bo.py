@@ -345,10 +345,19 @@ class SafeBayesOpt:
 _warming = threading.Event()
 
 
+class ModelLoading(RuntimeError):
+    """A suggestion needed a model fit while :func:`warm_up` was still loading the GP stack in
+    another thread: a control step must not wait on that thread's imports; ask again later."""
+
+
 def gp_busy() -> bool:
-    """Whether :func:`warm_up` is running (in another thread): a caller that must not wait on
-    its imports (a control step) should not fit a model now."""
+    """Whether :func:`warm_up` is running (in another thread)."""
     return _warming.is_set()
+
+
+def _not_loading() -> None:
+    if _warming.is_set():
+        raise ModelLoading("the batch-size search's model is still loading in the background")
 
 
 def warm_up() -> None:
@@ -409,6 +418,7 @@ def _fit_gp(x: np.ndarray, y: np.ndarray, *, linear_mean: bool, shared_dims: int
 
 def _fit_predict(x: np.ndarray, y: np.ndarray, x_new: np.ndarray, *, seed: int, linear_mean: bool) -> tuple[np.ndarray, np.ndarray]:
     """Posterior mean and std of the latent function at ``x_new`` after fitting a GP to (x, y)."""
+    _not_loading()
     import torch
 
     with torch.random.fork_rng(), single_threaded():
@@ -428,6 +438,7 @@ def _log_expected_improvement(
     x: np.ndarray, y: np.ndarray, x_new: np.ndarray, *, best_f: np.ndarray, seed: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Log expected improvement over ``best_f`` (one per row of ``x_new``), posterior mean and std there."""
+    _not_loading()
     import torch
     from botorch.acquisition.analytic import _log_ei_helper
 

@@ -63,7 +63,7 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
     o = max(cands, key=lambda c: util.get(c.name, 0.0))
     if util.get(o.name, 0.0) < max(util.values()) - 1e-9:
         return None
-    from trident.optimize.safe_bo import SafeBayesOpt, gp_busy
+    from trident.optimize.safe_bo import ModelLoading, SafeBayesOpt
     from trident.optimize.space import KnobSpace, Knobs, Observation
 
     tr = tracks[o.name]
@@ -87,25 +87,26 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
     seen = sorted({ob.knobs.batch_size for ob in obs})
     if b not in seen:
         return None
-    if len(seen) > 1 and gp_busy():  # a step must not wait on the model's imports in another thread
-        return f"{o.name}'s batch-size search waits for its model, still loading in the background"
     batches = tuple(sorted(set(seen) | {b * 2, b * 4}))  # a tried batch without a rate is not tried again
     bo = SafeBayesOpt(space=KnobSpace(batch_sizes=batches, concurrencies=concurrencies, device_types=(dev,)),
                       memory_limit_bytes=float(limit), initial=Knobs(b, n_max, dev), seed=seed,
                       fixed_memory_bytes=float(others))
     cost_s = settings.bo_trial_cold_starts * estimates.cold_start_s(tr, o, settings)
-    with single_threaded():
-        sug, best = bo.suggest(obs), bo.best(obs)
-        why = ""
-        if not sug.converged and tr.bo_tried >= settings.bo_trials:
-            why = f"{settings.bo_trials} trial(s) spent"
-        elif not sug.converged and left_s is not None:
-            why = _not_paying(sug, obs, best, left_s, cost_s)
-        if why:  # no trial: the best safe configuration measured
-            sug = replace(sug, knobs=best.knobs if best else sug.knobs, converged=True,
-                          reason=f"{why}; the best safe configuration measured")
-        bb = sug.knobs.batch_size
-        upper = bo.memory_upper_bytes([Knobs(bb, c, dev) for c in concurrencies], obs)
+    try:
+        with single_threaded():
+            sug, best = bo.suggest(obs), bo.best(obs)
+            why = ""
+            if not sug.converged and tr.bo_tried >= settings.bo_trials:
+                why = f"{settings.bo_trials} trial(s) spent"
+            elif not sug.converged and left_s is not None:
+                why = _not_paying(sug, obs, best, left_s, cost_s)
+            if why:  # no trial: the best safe configuration measured
+                sug = replace(sug, knobs=best.knobs if best else sug.knobs, converged=True,
+                              reason=f"{why}; the best safe configuration measured")
+            bb = sug.knobs.batch_size
+            upper = bo.memory_upper_bytes([Knobs(bb, c, dev) for c in concurrencies], obs)
+    except ModelLoading as exc:  # a step does not wait on the model loading in another thread
+        return f"{o.name}'s batch-size search waits: {exc}"
     if bb == b:
         tr.bo_settled = True  # settled on the current batch size for this regime
         return f"{o.name} stays at batch_size {b}: {why}" if why else None
