@@ -353,7 +353,7 @@ def test_infeasible_keeps_current_plan_without_raising():
     node = NodeType(name="n", count=1, cpus=8, gpus=2, gpu_type="A")
     cur = Allocation.of({("op", "A", "n"): 2})
     res = solve_placement(PlacementProblem(operators=(op,), node_types=(node,), current=cur))
-    assert not res.changed and res.allocation == cur and res.status == "kept"
+    assert not res.changed and res.allocation == cur and res.status == "failed"
     assert "keeping the current plan" in res.reason
     none = solve_placement(PlacementProblem(operators=(op,), node_types=(node,)))
     assert none.status == "failed" and none.allocation == Allocation()
@@ -369,7 +369,7 @@ def test_timeout_keeps_current_plan(monkeypatch):
     base = _two_op_problem()
     cur = Allocation.of({("parse", CPU, "a"): 2, ("embed", "A", "a"): 1})
     res = solve_placement(_two_op_problem(current=cur, time_limit_s=0.001))
-    assert not res.changed and res.allocation == cur and "time limit" in res.reason
+    assert not res.changed and res.allocation == cur and "time limit" in res.reason and res.status == "failed"
     assert throughput_of(base, cur) == res.throughput_rows_per_s
 
 

@@ -140,9 +140,9 @@ def test_one_measured_batch_steps_to_the_trust_region_edge_without_a_fit(monkeyp
 
 
 def test_a_fit_is_deferred_while_the_model_loads_in_another_thread(monkeypatch):
-    """While :func:`warm_up` runs, ``gp_busy`` says so and a suggestion that needs a fit raises
-    ``ModelLoading`` (a control step then does not wait on it); a torch still being imported is not
-    touched by ``single_threaded``."""
+    """While :func:`warm_up` runs, a suggestion that needs a fit raises ``ModelLoading`` (a
+    control step then does not wait on it); a torch still being imported is not touched by
+    ``single_threaded``."""
     import sys
     import threading
     import types
@@ -150,11 +150,11 @@ def test_a_fit_is_deferred_while_the_model_loads_in_another_thread(monkeypatch):
     from trident.model.threads import single_threaded
     from trident.optimize import safe_bo
 
-    assert not safe_bo.gp_busy()
+    assert not safe_bo._warming.is_set()
     seen, release = [], threading.Event()
 
     def fit(*args, **kwargs):  # stands in for a slow first fit
-        seen.append(safe_bo.gp_busy())
+        seen.append(safe_bo._warming.is_set())
         release.wait(10)
         raise RuntimeError("stand-in")
 
@@ -171,13 +171,13 @@ def test_a_fit_is_deferred_while_the_model_loads_in_another_thread(monkeypatch):
         if seen:
             break
         threading.Event().wait(0.05)
-    assert seen == [True] and safe_bo.gp_busy()
+    assert seen == [True]
     two = [Observation(Knobs(b, 2, "cpu"), 10.0 * b, 1e8 * b) for b in (16, 32)]
     with pytest.raises(safe_bo.ModelLoading):
         SafeBayesOpt(space=SPACE, memory_limit_bytes=1e11, initial=INITIAL).suggest(two)
     release.set()
     thread.join(10)
-    assert not safe_bo.gp_busy()
+    assert not safe_bo._warming.is_set()
     half = types.ModuleType("torch")
     half.__spec__ = types.SimpleNamespace(_initializing=True)  # no get_num_threads yet
     monkeypatch.setitem(sys.modules, "torch", half)

@@ -657,6 +657,41 @@ def test_a_type_the_pool_left_is_not_compared_with_one_measured_later():
     assert all(t.accelerator_type is None for t in targets), targets
 
 
+def test_a_type_is_not_compared_over_time_the_pool_was_backpressured():
+    """Detect runs 10 rows/s per replica on A and B alike; while its output is backpressured
+    (the first 30 s) its tasks on A wait on their node's object store, 3 rows/s. Over the whole
+    stretch A would look twice as slow (and the plan would pin both pools to one type each);
+    measured after the backpressure, no type is faster."""
+    import numpy as np
+
+    from trident.policies.trident.records import key_of
+    from trident.policies.trident.tracking import Observer
+    from trident.types import TypeUsage
+
+    settings = TridentSettings(min_change=100.0, shift_ratio=100.0)  # no regime change
+    for skip_backpressure in (True, False):
+        observer = Observer(settings=settings, rng=np.random.default_rng(0), seed=0)
+        for k in range(40):
+            snap = _typed_snapshot(k, per_actor={"detect": {"A": 10.0, "B": 10.0}, "embed": {"A": 40.0, "B": 40.0}})
+            det = snap.operator("detect")
+            slow = min(k, 30)  # A's tasks: a third of the rate while backpressured
+            a_done = int(2 * (3.0 * slow + 10.0 * (k - slow)) / 16)
+            b_done = int(2 * 10.0 * k / 16)
+            a = TypeUsage(accelerator_type="A", actors=2, busy_s=2.0 * k, tasks_finished=a_done)
+            b = TypeUsage(accelerator_type="B", actors=2, busy_s=2.0 * k, tasks_finished=b_done)
+            done = a_done + b_done
+            det = replace(det, by_type=(a, b), tasks_finished=done, rows_out_total=done * 16, rows_in_total=done * 16,
+                          rows_in_done_total=done * 16, busy_s=4.0 * k,
+                          backpressured=skip_backpressure and k < 30)
+            snap = replace(snap, operators=tuple(det if o.name == "detect" else o for o in snap.operators))
+            for o in snap.operators:
+                observer.observe(o, snap.time_s)
+        rates = estimates.typed_rates(observer.tracks["detect"], key_of(det.config), settings.min_busy_s)
+        assert set(rates) == {"A", "B"}, rates
+        ratio = max(rates.values()) / min(rates.values())
+        assert (ratio < problem.TYPE_SPEEDUP) is skip_backpressure, (skip_backpressure, rates)
+
+
 def test_a_pool_pinned_to_a_type_keeps_being_modelled():
     """After a move to type B the operator's samples name a device its model was not built for:
     the model is rebuilt with it, and fitting works (it used to fail at every step)."""
@@ -874,3 +909,35 @@ def test_the_first_batch_size_trial_needs_no_model_fit_and_later_ones_wait_for_t
     batches = {t.batch_size for d in _plans(res) for t in d.plan.targets if t.batch_size is not None}
     assert batches == {16}, batches  # the first trial only
     assert any("model is still loading" in n for d in res.decisions for n in d.notes)
+
+
+def test_a_solve_that_finds_no_plan_is_tried_again_at_the_next_step_once(monkeypatch):
+    """A solve cut short by its time limit settles nothing (no bounds, no batch-size trial) and the
+    planner looks again at the next step instead of ``plan_interval_s`` later; a second failure in
+    a row waits for the usual interval (a problem with no plan is not solved at every step)."""
+    from trident.plan import milp
+    from trident.policies.trident import policy as policy_module
+
+    calls, fail = [], {"left": 2}
+
+    def solve(prob):
+        calls.append(prob)
+        if fail["left"]:
+            fail["left"] -= 1
+            return milp._keep(prob, prob.current, None, "highs", "no feasible plan within the time limit; keeping "
+                              "the current plan", status="failed")
+        return milp.solve_placement(prob)
+
+    monkeypatch.setattr(policy_module, "solve_placement", solve)
+    policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5000 * 2**20, seed=0))
+    steps = []
+    for k in range(20):
+        d = policy.step(_starting_pool(k, running=8, pending=0), float(k))
+        steps.append((k, d, dict(policy.bounds), policy.last_look_s))
+    failed = [(k, d, b, look) for k, d, b, look in steps if "time limit" in d.reason]
+    assert len(failed) == 2 and all(d.kind == "keep" and d.plan is None and not b for _, d, b, _ in failed), failed
+    (k1, _, _, look1), (k2, _, _, look2) = failed
+    assert k2 == k1 + 1 and look1 is None  # looked again at once
+    assert look2 == k2  # a second failure in a row: the next look at the usual interval
+    assert len(calls) > 2 and any(d.kind in ("plan", "keep", "tune") and "time limit" not in d.reason
+                                  for k, d, _, _ in steps if k > k2)

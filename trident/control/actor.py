@@ -34,7 +34,7 @@ class Controller:
         kept it off the CPU, and the control step waited on it (the first trial of the
         batch-size scenario reached the shim 13-24 s after its snapshot; a 0.3 s loop of the step
         took 4-6 s beside such a thread and six busy processes, 1.2 s beside one at its own
-        priority). While it runs, the search defers any fit (``safe_bo.gp_busy``)."""
+        priority). While it runs, the search defers any fit (``safe_bo.ModelLoading``)."""
         if getattr(self, "_warmed", False) or decision.plan is None or not any(
                 t.batch_size is not None for t in decision.plan.targets):
             return

@@ -350,11 +350,6 @@ class ModelLoading(RuntimeError):
     another thread: a control step must not wait on that thread's imports; ask again later."""
 
 
-def gp_busy() -> bool:
-    """Whether :func:`warm_up` is running (in another thread)."""
-    return _warming.is_set()
-
-
 def _not_loading() -> None:
     if _warming.is_set():
         raise ModelLoading("the batch-size search's model is still loading in the background")
@@ -363,8 +358,8 @@ def _not_loading() -> None:
 def warm_up() -> None:
     """Import the GP stack (torch, gpytorch, botorch) and fit each of its models once ahead of
     the next suggestion that needs a fit: seconds of CPU on a small machine (about 4 s here,
-    16 s under a running pipeline). Safe to call from a background thread; :func:`gp_busy`
-    says whether it is still running."""
+    16 s under a running pipeline). Safe to call from a background thread; while it runs, a
+    suggestion that needs a fit raises :class:`ModelLoading`."""
     _warming.set()
     try:
         import botorch.acquisition.analytic  # noqa: F401

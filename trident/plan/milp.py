@@ -223,7 +223,9 @@ class PlacementResult:
     current_throughput_rows_per_s: float | None
     changed: bool
     status: str
-    """'optimal', 'feasible' (time limit or gap reached with a valid solution), 'kept' or 'failed'."""
+    """'optimal', 'feasible' (time limit or gap reached with a valid solution), 'kept' (the current
+    plan is as good, within the hysteresis) or 'failed' (no plan found: none exists, the time limit
+    passed first or the solver failed; the current plan is kept)."""
     solver: str
     reason: str
     objective: float | None = None
@@ -363,7 +365,7 @@ def solve_placement(problem: PlacementProblem, *, solver: str | None = None) -> 
         if bad:
             found, status, note = None, "failed", f"solver returned an invalid plan ({bad[0]})"
     if found is None:
-        return _keep(problem, cur, cur_t, name, f"{note}; keeping the current plan")
+        return _keep(problem, cur, cur_t, name, f"{note}; keeping the current plan", status="failed")
     new_t = throughput_of(problem, found)
     if cur is not None and found.as_dict() == cur.as_dict() and (not problem.bin_packing or not cur_bad):
         return _keep(problem, cur, cur_t, name, f"the current plan is already optimal ({status})",

@@ -55,6 +55,8 @@ class TridentPolicy:
         self.last_look_s: float | None = None
         self.last_plan_s: float | None = None
         self.replan_now = False
+        self.solve_failed = False
+        """Whether the last solve found no plan (the next step looks again, once)."""
         self._regimes_seen = 0
         self.changed_ops: list[str] = []
         """Operators whose regime changed in this step."""
@@ -145,6 +147,15 @@ class TridentPolicy:
         if explored is not None:
             return explored
         result = solve_placement(prob)
+        if result.status == "failed":
+            # no plan found (on a busy machine the solver's time limit passed first): nothing is
+            # settled, the bounds and the inner loop stay, and the planner looks again at the next
+            # step, once (a 5 s wait for the next look delayed a type move on two-types)
+            if not self.solve_failed:
+                self.last_look_s = None
+            self.solve_failed = True
+            return Decision(time_s=now, reason=f"keep: {result.reason}", notes=tuple(notes), kind="keep")
+        self.solve_failed = False
         if not result.changed:  # the allocation is settled: tune the bottleneck's batch size
             self._bound(ops, {o.name: o.config.replicas for o in ops if self._estimated(o, planning)}, "the plan")
             trial = self._starting_trial(snap, ops, prob, planning)
