@@ -35,7 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from trident import __version__
-from trident.plan.milp import DeviceOption, NodeType, OperatorSpec, PlacementProblem, solve_placement
+from trident.plan.milp import solve_placement
+from trident.plan.placement import DeviceOption, NodeType, OperatorSpec, PlacementProblem
 from trident.sim.pipeline import PipelineSpec, Regime, SimNodes, SimOperator, simulate
 
 GiB = 2**30

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from trident.errors import ConfigError
-from trident.plan.milp import (
+from trident.plan.milp import solve_placement
+from trident.plan.placement import (
     CPU,
     Allocation,
     DeviceOption,
@@ -15,7 +16,6 @@ from trident.plan.milp import (
     OperatorSpec,
     PlacementProblem,
     objective_of,
-    solve_placement,
     throughput_of,
     violations,
 )
@@ -185,7 +185,7 @@ def _choice_problem(rng: np.random.Generator) -> PlacementProblem:
 
 
 def test_device_choice_decomposition_optimal_against_brute_force():
-    from trident.plan.milp import _DeviceChoices
+    from trident.plan.device_choices import DeviceChoices
 
     rng = np.random.default_rng(23)
     checked = decomposed = 0
@@ -196,7 +196,7 @@ def test_device_choice_decomposition_optimal_against_brute_force():
         truth = _oracle(problem)
         result = solve_placement(problem)
         checked += 1
-        decomposed += _DeviceChoices.of(problem, problem.keys(), {n.name: (n.cpus, n.gpus, n.memory_bytes)
+        decomposed += DeviceChoices.of(problem, problem.keys(), {n.name: (n.cpus, n.gpus, n.memory_bytes)
                                                                   for n in problem.node_types}) is not None
         if truth == -math.inf:
             assert not result.changed
@@ -208,14 +208,14 @@ def test_device_choice_decomposition_optimal_against_brute_force():
 
 def test_device_choice_bounds_cover_every_plan_of_the_assignment():
     """The bound of a device assignment is at least the objective of any valid plan that uses it."""
-    from trident.plan.milp import _DeviceChoices
+    from trident.plan.device_choices import DeviceChoices
 
     rng = np.random.default_rng(5)
     checked = 0
     while checked < 20:
         problem = _choice_problem(rng)
         keys = problem.keys()
-        choices = _DeviceChoices.of(problem, keys, {n.name: (n.cpus * n.count, n.gpus * n.count,
+        choices = DeviceChoices.of(problem, keys, {n.name: (n.cpus * n.count, n.gpus * n.count,
                                                              n.memory_bytes * n.count) for n in problem.node_types})
         if choices is None or len(keys) > 5:
             continue
@@ -250,7 +250,7 @@ def test_device_choice_decomposition_agrees_with_the_full_model(monkeypatch):
         dataclasses.replace(d, rate_rows_per_s=d.rate_rows_per_s * float(rng.uniform(0.8, 1.2))) for d in o.options))
         for o in ops), node_types=node_types, gap_rel=1e-6, current=fast.allocation)
     fast_steady = solve_placement(steady)
-    monkeypatch.setattr(milp._DeviceChoices, "of", staticmethod(lambda *a: None))
+    monkeypatch.setattr(milp.DeviceChoices, "of", staticmethod(lambda *a: None))
     for problem, got in ((cold, fast), (steady, fast_steady)):
         full = solve_placement(problem)
         assert got.status == full.status == "optimal"

@@ -1,11 +1,11 @@
 """The planning problem: each operator's options (device, rate, resources, heap) and the
-cluster, as a :class:`~trident.plan.milp.PlacementProblem`; and the plan read back as targets."""
+cluster, as a :class:`~trident.plan.placement.PlacementProblem`; and the plan read back as targets."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
 
-from trident.plan.milp import (
+from trident.plan.placement import (
     ANY_GPU,
     CPU,
     Allocation,

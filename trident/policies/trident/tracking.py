@@ -20,7 +20,7 @@ from trident.model.features import device_type_of
 from trident.model.gp import OperatorModel
 from trident.model.regimes import RegimeStore
 from trident.observe.filters import sustainable_samples
-from trident.plan.milp import ANY_GPU, CPU
+from trident.plan.placement import ANY_GPU, CPU
 from trident.policies.trident.records import Assumed, ConfigKey, Counters, RateSample, Stall, key_of
 from trident.policies.trident.settings import TridentSettings
 from trident.types import OperatorSnapshot

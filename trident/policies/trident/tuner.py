@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from trident.model.features import device_type_of
 from trident.model.threads import single_threaded
-from trident.plan.milp import PlacementProblem, throughput_of
+from trident.plan.placement import PlacementProblem, throughput_of
 from trident.policies.trident import estimates
 from trident.policies.trident.problem import remaining_s, utilisation
 from trident.policies.trident.records import ConfigKey, Estimate, key_of
