@@ -44,10 +44,11 @@ class ByPriority:
 
 
 class Embed:
-    """A GPU stage: ~50 ms per batch."""
+    """A GPU stage: 0.25 s per batch, so one replica holds the first half's 30 batches for
+    several of DS2's 3 s windows however late its actor starts (the pool must grow)."""
 
     def __call__(self, batch):
-        time.sleep(0.05)
+        time.sleep(0.25)
         return batch
 
 
@@ -91,7 +92,17 @@ def test_a_pipeline_shrinks_for_a_higher_priority_job_and_grows_back(cluster, tm
     sched.submit_pipeline(pipeline, release, min_gpus=1, max_gpus=4, name="pipe",
                           autoscale=dict(policy="ds2", interval_s=0.5))
 
+    failures: list[BaseException] = []
+
     def drive():
+        try:
+            steps()
+        except BaseException as e:  # noqa: BLE001 - re-raised in the test's thread
+            failures.append(e)
+        finally:
+            Path(release).touch()  # the pipeline ends either way; a failed step must not hang the run
+
+    def steps():
         _wait_for(lambda: sched.state("pipe") is JobState.RUNNING and sched.record("pipe").budget_gpus == 4,
                   "the pipeline to be lent all GPUs")
         run = sched.record("pipe").autoscale_run
@@ -100,12 +111,13 @@ def test_a_pipeline_shrinks_for_a_higher_priority_job_and_grows_back(cluster, tm
         sched.submit(_train, "urgent", num_gpus=3, name="urgent", priority=9)
         _wait_for(lambda: sched.state("urgent") is JobState.SUCCEEDED, "the urgent job")
         _wait_for(lambda: sched.record("pipe").budget_gpus == 4, "the pipeline to grow back")
-        Path(release).touch()
 
     t = threading.Thread(target=drive)
     t.start()
     results = sched.run(timeout_s=600)
     t.join()
+    if failures:
+        raise failures[0]
     assert sorted(results["pipe"]) == list(range(ROWS))  # every row exactly once
     pipe, urgent = sched.record("pipe"), sched.record("urgent")
     assert pipe.state is JobState.SUCCEEDED and pipe.attempts == 1 and pipe.preemptions == 1
