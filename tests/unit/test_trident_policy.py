@@ -499,6 +499,28 @@ def test_batch_size_search_leaves_the_first_batch_without_breaking_the_memory_li
     assert no_swap.finished and not [d for d in _plans(no_swap) if d.kind == "tune"]
 
 
+def test_the_first_trial_reaches_four_times_the_batch_on_fewer_replicas_then_adds_replicas():
+    """Memory per replica is at most the measured value times the batch ratio: with a small fixed
+    part, batch 32 is certified for 5 replicas from batch 8 alone. The first trial goes there
+    (the trust region, ``bo_batch_growth``, allows 4x), and a plan then grows the pool to its 8
+    replicas at that batch: one swap of the pool instead of two (8 -> 16 -> 32)."""
+    spec = _batch_sensitive()
+    spec = replace(spec, operators=(spec.operators[0], replace(spec.operators[1], heap_base_bytes=150 * 2**20)))
+    res = simulate(spec, policy="trident", seed=0)
+    assert res.finished and res.oom_kills == 0
+    plans = _plans(res)
+    first = next(i for i, d in enumerate(plans) if d.kind == "tune")
+    trial = next(t for t in plans[first].plan.targets if t.name == "embed")
+    assert trial.batch_size == 32 and 4 <= trial.replicas < 8, plans[first].reason
+    grown = next(d for d in plans[first + 1:] if any(t.name == "embed" for t in d.plan.targets))
+    target = next(t for t in grown.plan.targets if t.name == "embed")
+    assert grown.kind == "plan" and target.batch_size is None and target.replicas == 8, grown.reason
+    narrow = TridentPolicy(context=PolicyContext(memory_limit_bytes=spec.memory_limit_bytes, seed=0),
+                           settings=TridentSettings(bo_batch_growth=2.0))
+    tunes = [d for d in _plans(simulate(spec, policy=narrow, seed=0)) if d.kind == "tune"]
+    assert tunes and next(t for t in tunes[0].plan.targets if t.name == "embed").batch_size == 16
+
+
 def test_a_scale_up_of_the_bottleneck_starts_its_new_replicas_at_the_batch_size_to_try():
     """From one replica the first plan grows the pool eightfold: its new actors start at the
     tuner's next batch (a trial folded into the scale-up) rather than at the old batch and a swap
@@ -792,6 +814,33 @@ def test_a_reconfiguration_is_measured_only_once_its_own_tasks_finish():
     assert tr.settling_at is not None
     observer.observe(op(26, batch=64, heap=899, tasks=23), 26.0)  # a batch-64 task finished
     assert tr.settling_at is None and tr.heap[new] == 899 * MiB
+
+
+def test_a_configuration_left_before_a_rate_window_keeps_its_busy_time_rate():
+    """Batch 8 left after its first tasks for a trial of batch 32: its busy-time rate stays known
+    (the batch-size search compares batches by it), while batch 32 starts unmeasured."""
+    import numpy as np
+
+    from trident.policies.trident.records import key_of
+    from trident.policies.trident.tracking import Observer
+
+    observer = Observer(settings=TridentSettings(), rng=np.random.default_rng(0), seed=0)
+
+    def op(t, *, batch, tasks, busy):
+        return OperatorSnapshot(
+            name="embed", index=1, rows_out_total=tasks * batch, rows_in_total=tasks * batch, tasks_finished=tasks,
+            busy_s=busy, tasks_running=1, actors_running=1, input_queue_blocks=50,
+            config=OperatorConfig(kind="actor", replicas=1, min_replicas=1, max_replicas=8, num_gpus=0.5,
+                                  batch_size=batch))
+
+    for k in range(3):  # one replica, a batch of 8 every 0.84 s: under one rate window
+        observer.observe(op(k, batch=8, tasks=k, busy=0.84 * k), float(k))
+    tr = observer.tracks["embed"]
+    old = key_of(op(0, batch=8, tasks=0, busy=0).config)
+    assert not tr.measured(old)
+    observer.observe(op(3, batch=32, tasks=2, busy=1.68), 3.0)
+    assert tr.measured(old) == pytest.approx([8 / 0.84])
+    assert not tr.measured(key_of(op(0, batch=32, tasks=0, busy=0).config))
 
 
 def test_a_batch_size_trial_runs_only_when_it_pays_for_itself():

@@ -133,6 +133,7 @@ class SnapshotBuilder:
         self._prev: dict[Any, tuple[float, int, int]] = {}
         self._rss: dict[Any, int] = {}
         self._live = LiveMemory()
+        self._waits = SlotWait()
         for op in executor._topology:
             if kinds[op] != "other":
                 recent_samples_tracker(op.metrics.max_uss_bytes)
@@ -211,7 +212,7 @@ class SnapshotBuilder:
             backpressured=bool(backpressured),
             heap_rss_bytes=rss_total, heap_rss_per_replica_bytes=rss_per_replica, heap_live_per_replica_bytes=live,
             busy_s=float(m.task_worker_completion_time_s),
-            slot_s=_slot_s(m) if kind == "task" else None,
+            slot_s=_slot_s(m, self._waits.update(op, m)) if kind == "task" else None,
             rows_in_done_total=_rows_in_done(m),
             completed=bool(op.has_completed()),
             by_type=by_type,
@@ -219,14 +220,49 @@ class SnapshotBuilder:
         )
 
 
-def _slot_s(m: Any) -> float:
+SCHEDULING_ALLOWANCE_S = 0.25
+"""Seconds per task of a task operator's scheduling (driver launch to first output, less the
+worker's own time) counted as holding its slot. Beyond it a task was waiting for a slot, not
+holding one: for resources, or for a worker process to start. Measured here on a 2-core machine
+(16 logical CPUs): 8-row tasks of 16 ms each spent 0.17-0.22 s per task in scheduling when
+steady, 0.5-2.1 s while seven GPU actors started beside them."""
+
+
+def _slot_s(m: Any, waited_s: float) -> float:
     """Seconds a task operator's finished tasks held their slots: from scheduling to completion
-    as the driver measured them, less output backpressure, and never less than the workers' own
-    count. (A reader of 8-row blocks worked 16 ms per task and put out 8 rows per ~0.2 s; planned
-    at its workers' time, 237 rows/s per task, it was capped to one task and starved the
-    pipeline's GPU pool for 70 s.)"""
+    as the driver measured them, less output backpressure and ``waited_s`` (scheduling beyond
+    :data:`SCHEDULING_ALLOWANCE_S` per task, see :class:`SlotWait`), never less than the workers'
+    own count. (A reader of 8-row blocks worked 16 ms per task and put out 8 rows per ~0.2 s;
+    planned at its workers' time, 237 rows/s per task, it was capped to one task and starved the
+    pipeline's GPU pool for 70 s. Planned with its waits while a GPU pool's actors started, it
+    made 0.7 rows/s per task, and the plan drained that pool from 6 replicas to 2 to run 14 reads.)"""
     worker = float(m.task_worker_completion_time_s)
-    return max(worker, float(m.task_completion_time_s) - float(m.task_output_backpressure_time_s))
+    return max(worker, float(m.task_completion_time_s) - float(m.task_output_backpressure_time_s) - waited_s)
+
+
+class SlotWait:
+    """Per task operator, the scheduling time its tasks spent waiting for a slot (seconds), summed
+    over snapshots: each snapshot's new scheduling time beyond :data:`SCHEDULING_ALLOWANCE_S` for
+    each newly scheduled task. (A running sum over the whole run would let the steady tasks after
+    a slow start pay the start's waits back, and their slots would read as longer than they were.)"""
+
+    def __init__(self) -> None:
+        self._last: dict[Any, tuple[float, int]] = {}
+        self._waited: dict[Any, float] = {}
+
+    def update(self, op: Any, m: Any) -> float:
+        """The waits of ``op`` so far (seconds), with ``m`` its metrics now."""
+        sched, tasks = float(m.task_scheduling_time_s), _scheduled_tasks(m)
+        last_sched, last_tasks = self._last.get(op, (0.0, 0))
+        self._last[op] = (sched, tasks)
+        excess = (sched - last_sched) - (tasks - last_tasks) * SCHEDULING_ALLOWANCE_S
+        self._waited[op] = self._waited.get(op, 0.0) + max(0.0, excess)
+        return self._waited[op]
+
+
+def _scheduled_tasks(m: Any) -> int:
+    """Tasks whose scheduling time Ray Data has counted (those that put out a block)."""
+    return int(m.num_tasks_task_locality_hit) + int(m.num_tasks_task_locality_miss)
 
 
 def _rows_in_done(m: Any) -> int:

@@ -72,6 +72,13 @@ class TridentSettings:
     bo_trial_cold_starts: float = 2.0
     """What a batch-size trial costs, in cold starts of the operator: it is tried only when the
     relative gain the optimiser expects of it, times the work left (seconds), is at least that."""
+    bo_batch_growth: float = 4.0
+    """Largest factor over the batch sizes measured that a trial may take (the optimiser's trust
+    region). Memory per replica is bounded above by the measured value times the batch ratio (a
+    fixed part plus a part at most proportional to the batch), which holds at any ratio; the trust
+    region guards against memory that grows faster than the batch. At 4 the batch-size scenario
+    reaches batch 32 from the user's 8 in one trial on fewer replicas, then adds replicas, instead
+    of two swaps of the whole pool (8 -> 16 -> 32)."""
     bo_swap: bool = True
     """Try a batch size also when the pool's GPUs or the memory limit leave no room for new
     replicas beside the old ones, by swapping old replicas for new ones half the pool at a time
@@ -95,6 +102,8 @@ class TridentSettings:
                               "0 < downscale_util < upscale_util")
         if self.shift_ratio <= 1 or self.shift_windows < 1:
             raise ConfigError("shift_ratio/shift_windows", (self.shift_ratio, self.shift_windows), "> 1, >= 1")
+        if self.bo_batch_growth < 1:
+            raise ConfigError("bo_batch_growth", self.bo_batch_growth, "a number >= 1")
         if self.bo_trial_cold_starts < 0:
             raise ConfigError("bo_trial_cold_starts", self.bo_trial_cold_starts, "a number >= 0")
         if self.min_dwell_s < 0 or self.dwell_cold_starts < 0 or self.hysteresis < 0 or self.memory_margin < 0:

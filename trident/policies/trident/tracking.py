@@ -118,6 +118,7 @@ class Observer:
             if tr.key is not None:  # our own reconfiguration: measurements restart, not a regime change
                 tr.rate_detector.reset()
                 tr.settling_at = _progress(op)
+                _keep_busy_rate(tr, tr.key, t, self.settings.min_busy_s)
             if key.device not in tr.model.encoder.device_types:  # pinned to a type the model has not seen
                 devices = tuple(sorted(set(tr.model.encoder.device_types) | {key.device}))
                 tr.model = OperatorModel(device_types=devices, window_samples=self.settings.history,
@@ -371,6 +372,17 @@ def busy_of(op: OperatorSnapshot) -> float | None:
     """Replica-seconds of ``op``'s finished tasks to plan with: a task operator's slot time
     (its per-task overheads hold the slot too), an actor's busy time."""
     return op.slot_s if op.config.kind == "task" and op.slot_s is not None else op.busy_s
+
+
+def _keep_busy_rate(tr: OperatorTrack, key: ConfigKey, t: float, min_busy_s: float) -> None:
+    """A configuration left before any rate window measured it keeps its busy-time rate as one
+    (its snapshots leave the history; the batch-size search would forget it was measured: on the
+    batch-size scenario batch 8, left after its first task for a trial of 32, was lost, and the
+    search later tried 64 as if 32 were the only batch seen)."""
+    if not tr.measured(key):
+        rate = busy_rate(tr, key, min_busy_s)
+        if rate is not None:
+            tr.rates.append(RateSample(t, key, rate))
 
 
 def busy_rate(tr: OperatorTrack, key: ConfigKey, min_busy_s: float) -> float | None:

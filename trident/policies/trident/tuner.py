@@ -87,10 +87,11 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
     seen = sorted({ob.knobs.batch_size for ob in obs})
     if b not in seen:
         return None
-    batches = tuple(sorted(set(seen) | {b * 2, b * 4}))  # a tried batch without a rate is not tried again
+    growth = [b * 2**i for i in range(1, int(math.log2(settings.bo_batch_growth)) + 2)]  # to one step past the trust region
+    batches = tuple(sorted(set(seen) | set(growth)))  # a tried batch without a rate is not tried again
     bo = SafeBayesOpt(space=KnobSpace(batch_sizes=batches, concurrencies=concurrencies, device_types=(dev,)),
                       memory_limit_bytes=float(limit), initial=Knobs(b, n_max, dev), seed=seed,
-                      fixed_memory_bytes=float(others))
+                      fixed_memory_bytes=float(others), max_batch_growth=settings.bo_batch_growth)
     cost_s = settings.bo_trial_cold_starts * estimates.cold_start_s(tr, o, settings)
     try:
         with single_threaded():
