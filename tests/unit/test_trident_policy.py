@@ -867,6 +867,29 @@ def test_a_batch_size_trial_runs_only_when_it_pays_for_itself():
     assert _affine_gain(obs[:2], step.knobs, best) == float("inf")  # one batch measured: no line to cap the optimiser
 
 
+def test_a_trial_toward_a_batch_whose_memory_line_breaks_the_limit_does_not_pay():
+    """Batch 8 and 32 measured at 9.5 and 20.5 rows/s per replica, 230 and 470 MiB per replica,
+    5,000 MiB free: the step to 64 on 6 replicas is slower than 32 on 8, and its goal, 256 on 8,
+    needs 2,710 MiB per replica on the memory line: one replica fits, not eight."""
+    from trident.optimize import Knobs, Observation
+    from trident.optimize.safe_bo import Suggestion
+    from trident.policies.trident.tuner import _affine_gain, _not_paying
+
+    MiB = 2**20
+    obs = [Observation(knobs=Knobs(b, c, "gpu"), throughput_rows_per_s=r * c, memory_per_replica_bytes=m * MiB)
+           for b, r, m in ((8, 9.5, 230), (32, 20.5, 470)) for c in range(4, 9)]
+    best = max(obs, key=lambda o: o.throughput_rows_per_s)
+    free = 5000 * MiB
+    assert _affine_gain(obs, Knobs(256, 8, "gpu"), best) > 0.4  # on time alone: 51% better
+    capped = _affine_gain(obs, Knobs(256, 8, "gpu"), best, free)
+    assert capped < 0 and capped == pytest.approx(_affine_gain(obs, Knobs(256, 1, "gpu"), best))
+    assert _affine_gain(obs, Knobs(1024, 8, "gpu"), best, free) == -1.0  # not one replica fits
+    step = Suggestion(knobs=Knobs(64, 6, "gpu"), reason="", expected_improvement=2.3, goal=Knobs(256, 8, "gpu"),
+                      goal_improvement=2.3)
+    assert _not_paying(step, obs, best, left_s=80.0, cost_s=8.8) == ""  # without the memory line it would run
+    assert "toward batch 256 x8" in _not_paying(step, obs, best, left_s=80.0, cost_s=8.8, free_bytes=free)
+
+
 def test_a_swap_back_does_not_take_the_old_batch_heap_while_its_new_actors_start():
     """Batch 64 -> 32 by a swap: the old actors' last tasks finish while the new ones are still
     pending (none running) and the shim's heap reading is still batch 64's. Batch 32's heap must

@@ -100,7 +100,7 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
             if not sug.converged and tr.bo_tried >= settings.bo_trials:
                 why = f"{settings.bo_trials} trial(s) spent"
             elif not sug.converged and left_s is not None:
-                why = _not_paying(sug, obs, best, left_s, cost_s)
+                why = _not_paying(sug, obs, best, left_s, cost_s, float(limit - others))
             if why:  # no trial: the best safe configuration measured
                 sug = replace(sug, knobs=best.knobs if best else sug.knobs, converged=True,
                               reason=f"{why}; the best safe configuration measured")
@@ -131,21 +131,22 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
     return Trial(OperatorTarget(name=o.name, batch_size=bb, replicas=c), n, swap, reason, replica_bytes=each)
 
 
-def _not_paying(sug, obs, best, left_s: float, cost_s: float) -> str:
+def _not_paying(sug, obs, best, left_s: float, cost_s: float, free_bytes: float = math.inf) -> str:
     """Why a trial would not pay for itself ('' when it would): its own expected gain times the
     work left (seconds) is under its cost, and, for a step that expands the safe set, its goal's
     gain over the work left after the step is under the cost of the step and the goal's trial.
-    Each gain is capped at what an affine time per batch predicts (see :func:`_affine_gain`): on
-    the batch-size scenario the optimiser expected batch 64 on 4 replicas to beat 32 on 7 by
-    36%, the line through the measured batches said 0.7x, it measured 0.6x."""
+    Each gain is capped at what an affine time and memory per batch predict (see
+    :func:`_affine_gain`; ``free_bytes``: the memory limit less the other operators'): on the
+    batch-size scenario the optimiser expected batch 64 on 4 replicas to beat 32 on 7 by 36%, the
+    line through the measured batches said 0.7x, it measured 0.6x."""
     if best is None:
         return ""
-    gain = min(sug.expected_improvement, _affine_gain(obs, sug.knobs, best))
+    gain = min(sug.expected_improvement, _affine_gain(obs, sug.knobs, best, free_bytes))
     if gain * left_s >= cost_s:
         return ""
     what = f"batch {sug.knobs.batch_size} x{sug.knobs.concurrency}"
     if sug.goal is not None:
-        goal = min(sug.goal_improvement, _affine_gain(obs, sug.goal, best))
+        goal = min(sug.goal_improvement, _affine_gain(obs, sug.goal, best, free_bytes))
         if goal * (left_s - cost_s) >= 2 * cost_s:
             return ""
         what += f" (toward batch {sug.goal.batch_size} x{sug.goal.concurrency}, {goal:+.0%})"
@@ -153,19 +154,28 @@ def _not_paying(sug, obs, best, left_s: float, cost_s: float) -> str:
             f"not the {cost_s:.0f} s it costs")
 
 
-def _affine_gain(obs, knobs, best) -> float:
-    """Relative gain of ``knobs`` over ``best`` if a batch's time is affine in its rows (a fixed
-    part and a part per row) on the line through the two largest batches measured; ``inf`` when
-    fewer than two are. Rates that grow with the batch by more are rare, so the cap is optimistic."""
-    per_replica = {}
+def _affine_gain(obs, knobs, best, free_bytes: float = math.inf) -> float:
+    """Relative gain of ``knobs`` over ``best`` if a batch's time and a replica's memory are affine
+    in its rows (a fixed part and a part per row) on the lines through the two largest batches
+    measured, at no more replicas than that memory leaves room for in ``free_bytes`` (-1 when not
+    one fits); ``inf`` when fewer than two batches are measured. Rates that grow with the batch
+    by more are rare, so the cap is optimistic; memory that grows by less is the optimiser's safe
+    set's assumption, not the likely case (a goal of batch 256 on 8 replicas was taken as 51%
+    better than 32 on 8, where the line through batches 8 and 32 put it at 21 GB of a 5 GB limit)."""
+    per_replica, memory = {}, {}
     for ob in obs:
         per_replica[ob.knobs.batch_size] = ob.throughput_rows_per_s / ob.knobs.concurrency
+        memory[ob.knobs.batch_size] = max(memory.get(ob.knobs.batch_size, 0.0), ob.memory_per_replica_bytes)
     if len(per_replica) < 2:
         return math.inf
     (b1, r1), (b2, r2) = sorted(per_replica.items())[-2:]
     t1, t2 = b1 / r1, b2 / r2  # seconds per batch
     t = t2 + max((t2 - t1) / (b2 - b1), 0.0) * (knobs.batch_size - b2)
-    return knobs.batch_size / t * knobs.concurrency / best.throughput_rows_per_s - 1
+    m = memory[b2] + max((memory[b2] - memory[b1]) / (b2 - b1), 0.0) * (knobs.batch_size - b2)
+    replicas = knobs.concurrency if m <= 0 or math.isinf(free_bytes) else min(knobs.concurrency, math.floor(free_bytes / m))
+    if replicas < 1:
+        return -1.0
+    return knobs.batch_size / t * replicas / best.throughput_rows_per_s - 1
 
 
 def _most_replicas(snap: Snapshot, o: OperatorSnapshot) -> int:
