@@ -1,5 +1,6 @@
 """Rollout: make-before-break ordering, bottleneck first, and the cold-start gate."""
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -113,3 +114,22 @@ def test_a_move_with_no_room_and_nothing_draining_is_a_swap():
     # with room, new replicas come first
     roomy = plan_rollout(CURRENT, targets, _inputs(free_gpus=8.0, free_gpus_by_type={"A": 4.0, "B": 4.0}))
     assert not any(s.target.swap for s in roomy.steps)
+
+
+def test_a_move_whose_old_actors_hold_no_wanted_room_keeps_them_serving():
+    """Both pools unpinned: detect has 4 actors on A and 2 on B, embed 2 on B. Detect moves to B
+    at 2 replicas (it has them there), embed to A at 4 (A's GPUs are detect's): detect's old
+    actors hold what embed needs (a swap), embed's hold nothing anyone needs, so its new actors
+    wait for room on A while its old ones serve."""
+    current = {"detect": OperatorConfig(kind="actor", replicas=6, num_gpus=0.5, batch_size=20),
+               "embed": OperatorConfig(kind="actor", replicas=2, num_gpus=0.5, batch_size=20)}
+    targets = (OperatorTarget(name="detect", replicas=2, accelerator_type="B"),
+               OperatorTarget(name="embed", replicas=4, accelerator_type="A"))
+    inputs = _inputs(utilisation={"detect": 0.5, "embed": 1.0}, cold_start_s={"detect": 5.0, "embed": 5.0},
+                     free_gpus=0.0, free_gpus_by_type={"A": 0.0, "B": 0.0},
+                     actors_by_type={"detect": {"A": 4, "B": 2}, "embed": {"B": 2}})
+    swaps = {s.operator: s.target.swap for s in plan_rollout(current, targets, inputs).steps}
+    assert swaps == {"detect": True, "embed": False}
+    # where detect still needs B's room (it has no actor there), embed's old actors are in its way
+    inputs = replace(inputs, actors_by_type={"detect": {"A": 4}, "embed": {"B": 2}})
+    assert all(s.target.swap for s in plan_rollout(current, targets, inputs).steps)

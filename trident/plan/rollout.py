@@ -78,6 +78,9 @@ class RolloutInputs:
     """Memory left under the limit by the current replicas (bytes); ``None``: no limit."""
     memory_per_replica_bytes: dict[str, float] | None = None
     """Memory a new replica of each operator takes (bytes), for ``free_memory_bytes``."""
+    actors_by_type: dict[str, dict[str, int]] | None = None
+    """Running actors of each pool per accelerator type, for a move of one pool to another type:
+    it swaps only when its old actors hold GPUs another step's new actors need."""
 
     def __post_init__(self) -> None:
         if self.current_throughput_rows_per_s < 0 or self.new_throughput_rows_per_s < 0:
@@ -199,6 +202,36 @@ def _config_changes(cfg: OperatorConfig, t: OperatorTarget) -> list[str]:
     return out
 
 
+def _type_move(s: RolloutStep, cfg: OperatorConfig) -> bool:
+    """Whether the update changes the accelerator type and nothing a new actor holds."""
+    t = s.target
+    return (t.accelerator_type not in (None, cfg.accelerator_type) and t.batch_size in (None, cfg.batch_size)
+            and t.num_gpus in (None, cfg.num_gpus))
+
+
+def _holds_wanted_room(s: RolloutStep, ups: list[RolloutStep], current: dict[str, OperatorConfig],
+                       inputs: RolloutInputs, free: dict) -> bool:
+    """Whether the old actors of ``s``'s pool may hold GPUs that another step's new actors need:
+    they are on a type another step adds actors to, beyond that pool's actors already there and
+    the type's free GPUs. Without ``actors_by_type`` for the pool, assumed so."""
+    by_type = inputs.actors_by_type or {}
+    mine = by_type.get(s.operator)
+    if mine is None:
+        return True
+    for o in ups:
+        cfg = current[o.operator]
+        t = o.target.accelerator_type or cfg.accelerator_type
+        if o is s or t is None or t == s.target.accelerator_type or not mine.get(t):
+            continue
+        if t not in free:
+            return True
+        there = by_type.get(o.operator, {}).get(t, 0)
+        gpus_each = cfg.num_gpus if o.target.num_gpus is None else o.target.num_gpus
+        if max(0, o.replicas_to - there) * gpus_each > free[t] + 1e-9:
+            return True
+    return False
+
+
 def _order(steps: list[RolloutStep], current: dict[str, OperatorConfig], inputs: RolloutInputs) -> list[RolloutStep]:
     """Additions bottleneck first (those that do not fit the free resources or memory wait for
     the drains, or, for a rolling update with no drain to wait for, swap old actors for new
@@ -224,6 +257,12 @@ def _order(steps: list[RolloutStep], current: dict[str, OperatorConfig], inputs:
             free["cpu"] -= need_cpu
             free[pool] -= need_gpu
             free["memory"] -= need_mem
+            ordered.append(s)
+        elif s.action == "update" and _type_move(s, cfg) and not _holds_wanted_room(s, ups, current, inputs, free):
+            # the pool's old actors hold no room another step waits for: a swap would only idle them.
+            # Its new actors wait for room on their type while the old ones serve (two-types: Embed's
+            # two old actors on B left at once for four new ones waiting on A, where Detect's old
+            # actors were leaving, and Embed ran none for 12 s)
             ordered.append(s)
         elif s.action == "update" and not downs:  # nothing drains to make room: old and new trade places
             ordered.append(RolloutStep(**{**s.__dict__, "target": replace(s.target, swap=True),

@@ -3,7 +3,8 @@
 A rolling update changes what *new* actors get (per-actor ``num_gpus``, accelerator type as
 a custom resource ``accelerator_type:X``, batch size through a re-serialised map
 transformer and input bundles grown to it); existing actors keep theirs, and an update of the
-accelerator type alone keeps the old actors already on nodes of that type. New actors start
+accelerator type alone keeps the old actors already on nodes of that type (the other old actors
+beyond the target, once those are counted, stop getting work at once). New actors start
 first; for each new actor that is up, one old actor stops receiving work (it is taken out of
 the pool's scheduling heaps and kept out on every refresh) and is released once its in-flight
 tasks are done.
@@ -233,6 +234,8 @@ class Rollout:
         draining = self.old & pool.trident_retiring
         serving = sorted(self.old - pool.trident_retiring, key=lambda a: not self._on_target_type(a))
         to_retire = min(len(serving), max(0, new_running - self.retired))
+        if self.kept:  # old actors beyond the target once the kept ones count: surplus at once
+            to_retire = min(len(serving), max(to_retire, len(self.kept) + new_running + len(serving) - self.size))
         in_the_way = sum(1 for a in serving if self._on_target_type(a))
         making_room = min(in_the_way, pool.num_pending_actors())
         if (new_running == 0 and not draining and making_room == 0 and self.surge_started_s is not None

@@ -182,6 +182,8 @@ class TridentPolicy:
                           free_cpus=snap.cluster.cpus - sum(c for c, _ in used),
                           free_gpus=snap.cluster.gpus - sum(g for _, g in used),
                           free_gpus_by_type=problem.free_gpus_by_type(snap, ops),
+                          actors_by_type={o.name: {u.accelerator_type: u.actors for u in o.by_type}
+                                          for o in ops if o.by_type},
                           **problem.memory_room(prob, result.allocation)))
         if not rollout.go:
             self._restore_tuner(tuner_before)  # a folded trial that does not run is not counted
