@@ -222,6 +222,7 @@ class Rollout:
         pool = self.pool
         notes: list[str] = []
         self.old &= set(pool._running_actors)  # old actors that died or were released elsewhere
+        self.kept &= set(pool._running_actors)
         if self.target.swap:
             return self._swap_step(notes)
         new_running = sum(1 for a in pool._running_actors if a not in self.old and a not in self.kept)
