@@ -225,6 +225,23 @@ def test_a_pool_read_live_grows_before_its_first_task_finishes():
     assert targets == {"ocr": 4} and "memory limit" in reason, reason
 
 
+def test_with_the_batch_size_search_on_a_pool_grows_only_once_its_first_batch_is_measured():
+    """Under a memory limit the batch-size search may start a pool's new replicas at another batch
+    once one batch is measured: grown before that, they would be cancelled for the trial's."""
+    policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5 * GiB, seed=0))
+    for k in range(6):
+        snap = _ray_like(float(k), ocr_replicas=1, ocr_out=0, embed_out=0)
+        done = 1 if k >= 3 else 0
+        ops = tuple(replace(o, tasks_in_flight=2, heap_live_per_replica_bytes=750 * 2**20, tasks_finished=done)
+                    if o.name == "ocr" else o for o in snap.operators)
+        d = policy.step(replace(snap, operators=ops), float(k))
+        grows = d.plan is not None and any(x.name == "ocr" and (x.replicas or 0) > 1 for x in d.plan.targets)
+        assert not grows or done, (k, d.reason)
+        if grows:
+            break
+    assert grows, "the pool never grew after its first task"
+
+
 def test_a_first_estimate_does_not_shrink_a_pool_whose_input_waits_on_full_slots():
     """Ray's rule never shrinks a pool with queued input and every running slot busy; a plan on
     the first tasks' busy time must not either (it drained OCR 4 -> 1 on the PDF benchmark for a

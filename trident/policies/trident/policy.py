@@ -450,7 +450,7 @@ class TridentPolicy:
     # --- the inner loop ------------------------------------------------------------------------
 
     def _inner(self, snap: Snapshot, now: float, notes: list[str]) -> Decision | None:
-        targets, reasons = inner_targets(snap, self.bounds, self._heaps(snap),
+        targets, reasons = inner_targets(snap, {**self.bounds, **self._first_batch_holds(snap)}, self._heaps(snap),
                                          memory_limit_bytes=self.context.memory_limit_bytes, settings=self.settings,
                                          skip=self.phases.operators())
         fresh = [(t, r) for t, r in zip(targets, reasons) if self.inner_sent.get(t.name) != t.replicas]
@@ -459,6 +459,19 @@ class TridentPolicy:
         targets, reasons = [t for t, _ in fresh], [r for _, r in fresh]
         self.inner_sent.update({t.name: t.replicas for t in targets})
         return self._issue(tuple(targets), "inner: " + "; ".join(reasons), now, notes, kind="inner", plan_made=False)
+
+    def _first_batch_holds(self, snap: Snapshot) -> dict[str, Bounds]:
+        """Under a memory limit, with the batch-size search on, a pool no task of which has finished
+        is held at its size: the search may start its new replicas at another batch once the first
+        batch is measured (about one task's time). Grown first, the new replicas would be cancelled
+        for the trial's (batch-size scenario: seven actors started at batch 8 and cancelled a second
+        later for four at batch 32, which then took 23 s to start on two cores)."""
+        if self.context.memory_limit_bytes is None or self.settings.bo_trials == 0:
+            return {}
+        return {o.name: Bounds(lo=o.config.min_replicas, hi=max(o.config.replicas or 1, o.config.min_replicas, 1),
+                               why="no batch measured yet: the batch-size search may choose its new replicas' batch")
+                for o in snap.operators
+                if o.config.kind == "actor" and o.config.batch_size and o.tasks_finished == 0 and not o.completed}
 
     def _heaps(self, snap: Snapshot) -> dict[str, float]:
         return {o.name: estimates.heap(self.tracks[o.name], key_of(o.config), self.settings)
