@@ -247,17 +247,16 @@ class SlotWait:
     a slow start pay the start's waits back, and their slots would read as longer than they were.)"""
 
     def __init__(self) -> None:
-        self._last: dict[Any, tuple[float, int]] = {}
-        self._waited: dict[Any, float] = {}
+        self._seen: dict[Any, tuple[float, int, float]] = {}
+        """Per operator: scheduling seconds and scheduled tasks at the last update, waits so far."""
 
     def update(self, op: Any, m: Any) -> float:
         """The waits of ``op`` so far (seconds), with ``m`` its metrics now."""
         sched, tasks = float(m.task_scheduling_time_s), _scheduled_tasks(m)
-        last_sched, last_tasks = self._last.get(op, (0.0, 0))
-        self._last[op] = (sched, tasks)
-        excess = (sched - last_sched) - (tasks - last_tasks) * SCHEDULING_ALLOWANCE_S
-        self._waited[op] = self._waited.get(op, 0.0) + max(0.0, excess)
-        return self._waited[op]
+        last_sched, last_tasks, waited = self._seen.get(op, (0.0, 0, 0.0))
+        waited += max(0.0, (sched - last_sched) - (tasks - last_tasks) * SCHEDULING_ALLOWANCE_S)
+        self._seen[op] = (sched, tasks, waited)
+        return waited
 
 
 def _scheduled_tasks(m: Any) -> int:
