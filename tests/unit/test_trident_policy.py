@@ -1030,3 +1030,40 @@ def test_a_solve_that_finds_no_plan_is_tried_again_at_the_next_step_once(monkeyp
     assert look2 == k2  # a second failure in a row: the next look at the usual interval
     assert len(calls) > 2 and any(d.kind in ("plan", "keep", "tune") and "time limit" not in d.reason
                                   for k, d, _, _ in steps if k > k2)
+
+
+def _rate_notes(rates_at, *, steps: int, settings: TridentSettings | None = None):
+    """Two busy ocr replicas whose rows/s per replica at second k is ``rates_at(k)``: the
+    (time, note) of each regime change the observer noted."""
+    import numpy as np
+
+    from trident.policies.trident.tracking import Observer
+
+    observer = Observer(settings=settings or TridentSettings(), rng=np.random.default_rng(0), seed=0)
+    out, notes = 0.0, []
+    for k in range(steps):
+        t = float(k)
+        out += 2 * rates_at(k)
+        snap = _ocr_at(_ray_like(t, ocr_replicas=2, ocr_out=0, embed_out=0, total=100_000),
+                       rows_out_total=int(out), rows_in_done_total=int(out), rows_in_total=int(out) + 64,
+                       tasks_finished=int(out) // 16, busy_s=2.0 * k, input_queue_blocks=1_000)
+        notes += [(t, n) for n in observer.observe(snap.operator("ocr"), t) if n.startswith("change:")]
+    return notes
+
+
+def test_a_4x_shift_is_acted_on_within_two_rate_windows_and_a_transient_is_not():
+    """The long-shift scenario's step (rows 4x costlier): a window wholly after it is far off the
+    steady windows and ends the regime alone; a window the step falls in is off less, and a short
+    window confirms it. Either way the regime ends within one rate window of the step. A 2x dip
+    of one window is dropped when the short window after it is back; on noisy windows (0.6x-1.6x)
+    even a 3.3x step needs that confirmation."""
+    s = TridentSettings()
+    for shift, rule in ((40.0, "over 1 window"), (42.5, "over 2 windows")):  # at a window's end, mid-window
+        notes = _rate_notes(lambda k: 40.0 if k < shift else 10.0, steps=70)
+        assert notes and notes[0][0] - shift <= s.rate_window_s, notes
+        assert rule in notes[0][1] and "from t=4" in notes[0][1], notes
+
+    assert _rate_notes(lambda k: 20.0 if 40 <= k < 45 else 40.0, steps=70) == []
+    noisy = [40.0, 24.0, 64.0, 40.0, 26.0, 60.0, 40.0, 28.0]
+    late = _rate_notes(lambda k: 12.0 if k >= 60 else noisy[(k // 5) % len(noisy)], steps=90)
+    assert late and "over 2 windows" in late[0][1] and late[0][0] - 60 <= 2 * s.rate_window_s, late

@@ -91,17 +91,27 @@ class TridentSettings:
     to end the regime at once (a fast check beside the changepoint detector)."""
     shift_windows: int = 2
     """Windows in a row for the fast regime check."""
+    shift_confirm_s: float = 2.0
+    """Seconds a window lasts once the window before it was off by ``shift_ratio`` (a finished
+    task still needed): a shift is confirmed without waiting another full rate window."""
+    shift_ratio_alone: float = 3.0
+    """Factor off the median of at least ``min_rate_windows`` steady windows (and three times
+    further off, in log terms, than any of them) at which one window ends the regime alone (it
+    must be ``shift_ratio`` off as well)."""
 
     def __post_init__(self) -> None:
         for name in ("plan_interval_s", "rate_window_s", "max_rate_window_s", "refit_interval_s",
-                     "solver_time_limit_s", "rollout_timeout_s", "horizon_s", "min_busy_s", "ceiling_hold_s"):
+                     "solver_time_limit_s", "rollout_timeout_s", "horizon_s", "min_busy_s", "ceiling_hold_s",
+                     "shift_confirm_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(name, getattr(self, name), "a number of seconds > 0")
         if not 0 < self.downscale_util < self.upscale_util:
             raise ConfigError("downscale_util/upscale_util", (self.downscale_util, self.upscale_util),
                               "0 < downscale_util < upscale_util")
-        if self.shift_ratio <= 1 or self.shift_windows < 1:
-            raise ConfigError("shift_ratio/shift_windows", (self.shift_ratio, self.shift_windows), "> 1, >= 1")
+        if self.shift_ratio <= 1 or self.shift_windows < 1 or self.shift_ratio_alone <= 1:
+            raise ConfigError("shift_ratio/shift_windows/shift_ratio_alone",
+                              (self.shift_ratio, self.shift_windows, self.shift_ratio_alone),
+                              "> 1, >= 1, > 1")
         if self.bo_batch_growth < 1:
             raise ConfigError("bo_batch_growth", self.bo_batch_growth, "a number >= 1")
         if self.bo_trial_cold_starts < 0:

@@ -141,7 +141,10 @@ class Observer:
         if tr.window is None or (op.actors_pending > 0 and busy_s is None):
             tr.window = cur  # without busy time, starting actors would read as a low rate
             return notes
-        if t - tr.window.time_s < self.settings.rate_window_s:
+        window_s = self.settings.rate_window_s
+        if tr.shifting:  # the last window was off: confirm (or refute) the shift sooner
+            window_s = min(window_s, self.settings.shift_confirm_s)
+        if t - tr.window.time_s < window_s:
             return notes
         w = tr.window
         busy = busy_s is not None and w.busy_s is not None and busy_s - w.busy_s > 0.2 * (t - w.time_s)
@@ -295,7 +298,10 @@ class Observer:
     def _level_shift(self, tr: OperatorTrack, key: ConfigKey, rate: float, t: float) -> ChangeEvent | None:
         """``shift_windows`` windows in a row whose rate is off the configuration's median (or, before
         it has ``min_rate_windows``, off what the plan assumed) by more than ``shift_ratio`` (either
-        way) end the regime at the first of them."""
+        way) end the regime at the first of them; a window after an off one lasts ``shift_confirm_s``.
+        One window ``shift_ratio_alone`` off steady windows, and far beyond their spread, is enough
+        (on the long-shift scenario the rates move 4x: the two-window rule acted 11.5 and 12.8 s
+        after the data changed)."""
         s = self.settings
         before = [(r.time_s, r.rows_per_s) for r in tr.rates if r.key == key]
         steady = [r for tt, r in before if not tr.shifting or tt < tr.shifting[0][0]][-8:]
@@ -309,18 +315,22 @@ class Observer:
             return None
         up = rate > ref * s.shift_ratio
         down = rate < ref / s.shift_ratio
-        if not (up or down) or (tr.shifting and (tr.shifting[-1][1] > ref) != up):
-            tr.shifting = [(t, rate)] if up or down else []
+        if not (up or down):
+            tr.shifting = []
             return None
+        if tr.shifting and (tr.shifting[-1][1] > ref) != up:
+            tr.shifting = []
         tr.shifting.append((t, rate))
-        if len(tr.shifting) < s.shift_windows:
+        alone = len(steady) >= s.min_rate_windows and _far_off(rate, ref, steady, s.shift_ratio_alone)
+        if len(tr.shifting) < s.shift_windows and not alone:
             return None
         start, after = tr.shifting[0][0], float(np.median([r for _, r in tr.shifting]))
+        windows = len(tr.shifting)
         tr.shifting = []
         return ChangeEvent(signal=f"{tr.name} rows/s per replica", index=len(before), changed_at_s=start,
-                           detected_at_s=t, mean_before=ref, mean_after=after, samples_since_change=s.shift_windows,
+                           detected_at_s=t, mean_before=ref, mean_after=after, samples_since_change=windows,
                            reason=f"{tr.name} rows/s per replica {ref:.3g} -> {after:.3g} over "
-                                  f"{s.shift_windows} windows from t={start:.0f} s")
+                                  f"{windows} window{'s' if windows > 1 else ''} from t={start:.0f} s")
 
     def new_regime(self, tr: OperatorTrack, ev: ChangeEvent) -> str:
         """A change: forget what came before it, remember the old model, revisit the plan."""
@@ -404,3 +414,11 @@ def busy_rate(tr: OperatorTrack, key: ConfigKey, min_busy_s: float) -> float | N
 def _progress(op: OperatorSnapshot) -> int:
     """Finished tasks, or rows out where tasks are not counted (the fluid simulator)."""
     return op.tasks_finished or op.rows_out_total
+
+
+def _far_off(rate: float, ref: float, steady: list[float], ratio: float) -> bool:
+    """Whether ``rate`` is at least ``ratio`` off ``ref`` and three times further off (in log
+    terms) than any of the ``steady`` windows (rates of noisy data need a larger step)."""
+    off = abs(np.log(rate / ref))
+    spread = max((abs(np.log(r / ref)) for r in steady if r > 0), default=0.0)
+    return off >= max(np.log(ratio), 3.0 * spread)
