@@ -5,6 +5,7 @@ from dataclasses import dataclass
 @dataclass
 class ActorState:
     num_tasks_in_flight: int
+    actor_location: str = "node"
 
 
 class FakePool:

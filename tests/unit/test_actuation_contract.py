@@ -214,3 +214,43 @@ def test_a_surge_with_room_beside_the_old_actors_waits_for_its_slow_starts():
         notes = roll.step(40.0)
         assert asked == [4] and roll.target.swap is not room, (room, notes)
         assert (pool.pending == 4 and not pool.trident_retiring) if room else any("swapping instead" in n for n in notes)
+
+
+def test_a_swap_to_a_type_the_pool_already_holds_enough_of_drains_the_others_at_once():
+    """Detect moves to B with a target of 2 and has 2 actors there: its 4 actors on A are all
+    surplus and stop getting work in the first step (the GPUs they hold are wanted), none is
+    started, and the kept ones on B are never scaled down."""
+    from trident.ray_data.rollout import Rollout
+
+    op, pool = _fake_op(6)
+    for i, state in enumerate(pool._running_actors.values()):
+        state.actor_location = "a" if i < 4 else "b"
+    roll = Rollout(op=op, target=OperatorTarget(name="m", accelerator_type="B", replicas=2, swap=True), size=2,
+                   node_type={"a": "A", "b": "B"}, type_only=True)
+    roll.step(0.0)
+    assert pool.trident_retiring == {f"old{i}" for i in range(4)} and pool.pending == 0
+    for a in list(pool.trident_retiring):
+        pool._running_actors[a].num_tasks_in_flight = 0
+    roll.step(1.0)
+    assert roll.done and set(pool._running_actors) == {"old4", "old5"} and not pool.released[4:]
+
+
+def test_a_swap_to_a_type_the_pool_already_holds_enough_of_drains_the_others_at_once_on_the_simulator():
+    model = SimOperator(name="model", kind="actor", peak_rows_per_s=(("A", 10.0), ("B", 10.0)), replicas=6,
+                        max_replicas=8, num_gpus=1, batch_size=10, cold_start_s=1.0)
+    src = SimOperator(name="read", kind="task", peak_rows_per_s=(("cpu", 1e4),), replicas=1)
+    spec = PipelineSpec(operators=(src, model), nodes=(SimNodes(count=1, cpus=64, gpus=4, gpu_type="A"),
+                                                       SimNodes(count=1, cpus=64, gpus=2, gpu_type="B")),
+                        total_rows=100_000, noise=0.0, spike_prob=0.0)
+    sim = PipelineSim(spec, policy="ray")
+    for _ in range(4):
+        sim._advance(0.5)
+    st = sim.ops[1]
+    assert sorted((g.gpu_type, g.count) for g in st.groups) == [("A", 4), ("B", 2)]
+    sim._apply(OperatorTarget(name="model", accelerator_type="B", replicas=2, swap=True))
+    sim._advance(0.5)
+    on = {t: sum(g.count for g in st.groups if g.gpu_type == t and g.release_at_s is None) for t in ("A", "B")}
+    assert on == {"A": 0, "B": 2} and all(g.ready_at_s is not None for g in st.groups), st.groups
+    for _ in range(10):
+        sim._advance(0.5)
+    assert [(g.gpu_type, g.count, g.retiring, g.kept) for g in st.groups] == [("B", 2, False, False)]

@@ -1059,7 +1059,7 @@ def test_a_4x_shift_is_acted_on_within_two_rate_windows_and_a_transient_is_not()
     even a 3.3x step needs that confirmation."""
     s = TridentSettings()
     for shift, rule in ((40.0, "over 1 window"), (42.5, "over 2 windows")):  # at a window's end, mid-window
-        notes = _rate_notes(lambda k: 40.0 if k < shift else 10.0, steps=70)
+        notes = _rate_notes(lambda k, at=shift: 40.0 if k < at else 10.0, steps=70)
         assert notes and notes[0][0] - shift <= s.rate_window_s, notes
         assert rule in notes[0][1] and "from t=4" in notes[0][1], notes
 

@@ -274,7 +274,7 @@ def reach_and_start(ex) -> list[tuple[float, float]]:
             continue
         snaps = [s for s in ex.snapshots if a.time_s - a.value <= s.time_s <= a.time_s]
         starting = 0.0
-        for s0, s1 in zip(snaps, snaps[1:]):
+        for s0, s1 in itertools.pairwise(snaps):
             op = next((o for o in s0.operators if o.name == a.operator), None)
             if op is not None and op.actors_pending > 0:
                 starting += s1.time_s - s0.time_s

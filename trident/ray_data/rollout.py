@@ -259,18 +259,23 @@ class Rollout:
         """A swap: old actors leave half the pool at a time
         (:func:`~trident.plan.rollout.swap_window`; fewest tasks in flight first) and new ones
         start in the room they leave, old and new together never more than the smaller of the
-        old pool and the new one (``swap_cap``) until the last old actor is gone."""
+        old pool and the new one (``swap_cap``) until the last old actor is gone. Old actors beyond
+        the target once the kept ones count leave at once (two-types: Detect kept its two actors on
+        B and its four on A left two, then one at a time, over 6.5 s, while Embed's four new actors
+        waited for A's GPUs)."""
         pool = self.pool
         self._release_drained(notes)
         most = min(self.size, self.swap_cap) if self.old else self.size
-        started = resize(pool, size=self.new_size(), target=max(0, most - len(self.old)), budget=None,
+        started = resize(pool, size=self.new_size(), target=max(len(self.kept), most - len(self.old)), budget=None,
                          reason="trident rolling update: a new actor where an old one left")
-        if started:
+        if started > 0:
             notes.append(f"started {started} new actor(s)")
         draining = self.old & pool.trident_retiring
         serving = sorted(self.old - pool.trident_retiring, key=lambda a: pool._running_actors[a].num_tasks_in_flight)
-        window = swap_window(self.size, len(self.old))
-        for actor in serving[:max(0, window - len(draining) - pool.num_pending_actors())]:
+        leave = swap_window(self.size, len(self.old)) - len(draining) - pool.num_pending_actors()
+        if self.kept:  # old actors beyond the target once the kept (and new) ones count leave at once
+            leave = max(leave, self.new_size() + len(serving) - self.size)
+        for actor in serving[:max(0, leave)]:
             stop_scheduling(pool, actor)
             self.retired += 1
             notes.append("draining 1 old actor to make room")

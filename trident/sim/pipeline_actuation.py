@@ -24,6 +24,8 @@ class _Group:
     """Old configuration, retired one for each new replica that is warm."""
     release_at_s: float | None = None
     """Set while draining: the replicas finish the batch they hold and go at this time."""
+    kept: bool = False
+    """Old replicas an update of the accelerator type alone keeps (already on that type)."""
 
 
 @dataclass
@@ -117,9 +119,13 @@ class Actuation:
         n = max(lo, n if hi is None else min(hi, n))
         changed_cfg = (new_batch, new_gpus, new_type) != (st.batch_size, st.num_gpus, st.accelerator_type)
         if changed_cfg and st.spec.kind == "actor":
+            type_only = (new_batch, new_gpus) == (st.batch_size, st.num_gpus)
             for g in st.groups:
                 if not self._is_warm(g):
                     g.count = 0  # pending replicas would come up with the old configuration
+                elif type_only and g.gpu_type == new_type and g.release_at_s is None and not g.retiring:
+                    g.kept, g.accelerator_type = True, new_type  # what a new replica would be
+                    continue
                 g.retiring = True
             st.groups = [g for g in st.groups if g.count > 0]
             st.retired, st.rollout_started_s, st.swap = 0, self.time_s, target.swap
@@ -193,10 +199,15 @@ class Actuation:
                 continue
             if not old:
                 st.rollout_started_s = None
+                for g in st.groups:
+                    g.kept = False
                 continue
-            warm_new = sum(g.count for g in st.groups if not g.retiring and self._is_warm(g)
+            warm_new = sum(g.count for g in st.groups if not g.retiring and not g.kept and self._is_warm(g)
                            and g.release_at_s is None)
             k = max(0, warm_new - st.retired)
+            kept = sum(g.count for g in st.groups if g.kept and g.release_at_s is None)
+            if kept:  # old replicas beyond the target once the kept ones count: at once
+                k = max(k, kept + warm_new + sum(g.count for g in old) - st.config_replicas)
             started = any(not g.retiring and g.ready_at_s is not None for g in st.groups)
             if k == 0 and not started and self.time_s - (st.rollout_started_s or self.time_s) > PENDING_GUARD_S:
                 st.swap, st.swap_cap = True, min(st.config_replicas, sum(g.count for g in st.groups if g.retiring))
@@ -234,6 +245,11 @@ class Actuation:
                                     accelerator_type=st.accelerator_type, ready_at_s=None))
         starting = sum(g.count for g in st.groups if not g.retiring and not self._is_warm(g))
         draining = sum(g.count for g in st.groups if g.retiring and g.release_at_s is not None)
-        self._retire(st, old, max(0, swap_window(n, alive_old) - draining - starting))
+        leave = swap_window(n, alive_old) - draining - starting
+        if any(g.kept for g in st.groups):  # old replicas beyond the target once kept and new ones count
+            leave = max(leave, sum(g.count for g in st.groups if not g.retiring) + sum(g.count for g in old) - n)
+        self._retire(st, old, max(0, leave))
         if not any(g.retiring for g in st.groups):
             st.swap, st.rollout_started_s = False, None
+            for g in st.groups:
+                g.kept = False
