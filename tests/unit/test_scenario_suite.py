@@ -37,3 +37,22 @@ def test_memory_bound_fits_its_best_split_and_no_split_that_fills_the_gpus():
     assert fill and all(mem(d, slots - d) > sc.memory_limit_mb for d in fill)
     # the bound is that split: 4 Embed replicas at 0.06 s per row
     assert work_bound_s(sc) == pytest.approx(sc.rows * 0.06 / 4)
+
+
+def test_a_plans_time_beyond_its_cold_starts_is_what_it_waited_with_no_actor_starting():
+    """A plan at 10 s whose two actors were pending from 11 to 15 s and whose target was reached at
+    17 s (an old actor drained until then): 7 s to the target, 4 s of it starting actors."""
+    from trident.demos.suite import reach_and_start
+    from trident.report.record import Action, ExecutionRecord
+    from trident.types import ClusterView, OperatorConfig, OperatorSnapshot, Snapshot
+
+    def snap(t, pending):
+        op = OperatorSnapshot(name="embed", index=0, actors_pending=pending,
+                              config=OperatorConfig(kind="actor", replicas=4, min_replicas=1))
+        return Snapshot(execution_id="e", seq=int(t), time_s=float(t), operators=(op,), cluster=ClusterView(cpus=4, gpus=2))
+
+    ex = ExecutionRecord(execution_id="e", dataset_id="d", started_at_s=0.0)
+    ex.snapshots = [snap(t, 2 if 11 <= t < 15 else 0) for t in range(20)]
+    ex.actions = [Action(time_s=17.0, operator="embed", kind="target_reached", detail="", value=7.0),
+                  Action(time_s=17.0, operator="embed", kind="drain", detail="", value=None)]
+    assert reach_and_start(ex) == [(7.0, 4.0)]

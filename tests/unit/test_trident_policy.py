@@ -1000,17 +1000,19 @@ def test_the_first_batch_size_trial_needs_no_model_fit_and_later_ones_wait_for_t
     assert any("model is still loading" in n for d in res.decisions for n in d.notes)
 
 
-def test_a_solve_that_finds_no_plan_is_tried_again_at_the_next_step_once(monkeypatch):
+def test_a_solve_that_finds_no_plan_is_tried_again_at_the_next_step_with_a_longer_limit(monkeypatch):
     """A solve cut short by its time limit settles nothing (no bounds, no batch-size trial) and the
-    planner looks again at the next step instead of ``plan_interval_s`` later; a second failure in
-    a row waits for the usual interval (a problem with no plan is not solved at every step)."""
+    planner looks again at the next step instead of ``plan_interval_s`` later, with the limit
+    ``solver_retry_growth`` times longer, ``solver_retries`` times; a failure after those waits for
+    the usual interval (a problem with no plan is not solved at every step). A solve that finds a
+    plan sets the limit back."""
     from trident.plan import milp
     from trident.policies.trident import policy as policy_module
 
-    calls, fail = [], {"left": 2}
+    calls, fail = [], {"left": 3}
 
     def solve(prob):
-        calls.append(prob)
+        calls.append(prob.time_limit_s)
         if fail["left"]:
             fail["left"] -= 1
             return milp._keep(prob, prob.current, None, "highs", "no feasible plan within the time limit; keeping "
@@ -1019,17 +1021,21 @@ def test_a_solve_that_finds_no_plan_is_tried_again_at_the_next_step_once(monkeyp
 
     monkeypatch.setattr(policy_module, "solve_placement", solve)
     policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5000 * 2**20, seed=0))
+    s = policy.settings
     steps = []
-    for k in range(20):
+    for k in range(24):
         d = policy.step(_starting_pool(k, running=8, pending=0), float(k))
         steps.append((k, d, dict(policy.bounds), policy.last_look_s))
     failed = [(k, d, b, look) for k, d, b, look in steps if "time limit" in d.reason]
-    assert len(failed) == 2 and all(d.kind == "keep" and d.plan is None and not b for _, d, b, _ in failed), failed
-    (k1, _, _, look1), (k2, _, _, look2) = failed
-    assert k2 == k1 + 1 and look1 is None  # looked again at once
-    assert look2 == k2  # a second failure in a row: the next look at the usual interval
-    assert len(calls) > 2 and any(d.kind in ("plan", "keep", "tune") and "time limit" not in d.reason
-                                  for k, d, _, _ in steps if k > k2)
+    assert len(failed) == 3 and all(d.kind == "keep" and d.plan is None and not b for _, d, b, _ in failed), failed
+    (k1, _, _, look1), (k2, _, _, look2), (k3, _, _, look3) = failed
+    assert (k2, k3) == (k1 + 1, k1 + 2) and look1 is None and look2 is None  # looked again at once, twice
+    assert look3 == k3  # the third failure in a row: the next look at the usual interval
+    limit = s.solver_time_limit_s
+    assert calls[:4] == pytest.approx([limit, limit * s.solver_retry_growth, limit * s.solver_retry_growth ** 2,
+                                       limit * s.solver_retry_growth ** 2])  # the fourth found a plan
+    assert policy.solve_failures == 0
+    assert any(d.kind in ("plan", "keep", "tune") and "time limit" not in d.reason for k, d, _, _ in steps if k > k3)
 
 
 def _rate_notes(rates_at, *, steps: int, settings: TridentSettings | None = None):

@@ -29,6 +29,7 @@ import itertools
 import math
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -317,11 +318,11 @@ def result(sc: Scenario, runs: list[Run], *, scale: float, started: str) -> dict
         if "reconfigurations" in r.summary:
             row["reconfigurations"] = r.summary["reconfigurations"]
         if r.reach_s and r.policy == "trident":
-            row["plan_to_target_median_s"] = round(float(sorted(r.reach_s)[len(r.reach_s) // 2]), 2)
+            row["plan_to_target_median_s"] = round(statistics.median(r.reach_s), 2)
             row["plan_to_target_max_s"] = round(max(r.reach_s), 2)
-            beyond = sorted(reach - start for reach, start in zip(r.reach_s, r.starting_s))
-            row["plan_to_target_beyond_cold_start_median_s"] = round(float(beyond[len(beyond) // 2]), 2)
-            row["cold_start_median_s"] = round(float(sorted(r.starting_s)[len(r.starting_s) // 2]), 2)
+            beyond = [reach - start for reach, start in zip(r.reach_s, r.starting_s)]
+            row["plan_to_target_beyond_cold_start_median_s"] = round(statistics.median(beyond), 2)
+            row["cold_start_median_s"] = round(statistics.median(r.starting_s), 2)
             row["replans"] = r.replans
         if r.error:
             row["error"] = r.error

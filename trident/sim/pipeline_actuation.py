@@ -208,7 +208,7 @@ class Actuation:
             kept = sum(g.count for g in st.groups if g.kept and g.release_at_s is None)
             if kept:  # old replicas beyond the target once the kept ones count: at once
                 k = max(k, kept + warm_new + sum(g.count for g in old) - st.config_replicas)
-            started = any(not g.retiring and g.ready_at_s is not None for g in st.groups)
+            started = any(not g.retiring and not g.kept and g.ready_at_s is not None for g in st.groups)
             if k == 0 and not started and self.time_s - (st.rollout_started_s or self.time_s) > PENDING_GUARD_S:
                 st.swap, st.swap_cap = True, min(st.config_replicas, sum(g.count for g in st.groups if g.retiring))
                 self._swap(st, old)

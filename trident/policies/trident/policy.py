@@ -55,7 +55,8 @@ class TridentPolicy:
         self.last_look_s: float | None = None
         self.last_plan_s: float | None = None
         self.replan_now = False
-        self.solve_failed = False
+        self.solve_failures = 0
+        """Solves in a row that found no plan."""
         """Whether the last solve found no plan (the next step looks again, once)."""
         self._regimes_seen = 0
         self.changed_ops: list[str] = []
@@ -146,16 +147,18 @@ class TridentPolicy:
         explored = self._explore(snap, ops, prob, now, notes)
         if explored is not None:
             return explored
-        result = solve_placement(prob)
+        limited = self._retry_limit(prob)
+        result = solve_placement(limited)
         if result.status == "failed":
             # no plan found (on a busy machine the solver's time limit passed first): nothing is
             # settled, the bounds and the inner loop stay, and the planner looks again at the next
-            # step, once (a 5 s wait for the next look delayed a type move on two-types)
-            if not self.solve_failed:
+            # step with a longer limit, ``solver_retries`` times
+            if self.solve_failures < self.settings.solver_retries:
                 self.last_look_s = None
-            self.solve_failed = True
-            return Decision(time_s=now, reason=f"keep: {result.reason}", notes=tuple(notes), kind="keep")
-        self.solve_failed = False
+            self.solve_failures += 1
+            return Decision(time_s=now, reason=f"keep: {result.reason} ({limited.time_limit_s:.2g} s)",
+                            notes=tuple(notes), kind="keep")
+        self.solve_failures = 0
         if not result.changed:  # the allocation is settled: tune the bottleneck's batch size
             self._bound(ops, {o.name: o.config.replicas for o in ops if self._estimated(o, planning)}, "the plan")
             trial = self._starting_trial(snap, ops, prob, planning)
@@ -347,6 +350,12 @@ class TridentPolicy:
         decision = self._issue(tuple(st.target for st in phase) + caps, reason + held, now, notes, kind="plan")
         self.phases.plan_seq = self.plan_seq
         return decision
+
+    def _retry_limit(self, prob):
+        """``prob`` with its solver time limit ``solver_retry_growth`` times longer per solve in a
+        row that found no plan, up to ``solver_retries`` of them."""
+        k = min(self.solve_failures, self.settings.solver_retries)
+        return prob if k == 0 else replace(prob, time_limit_s=prob.time_limit_s * self.settings.solver_retry_growth ** k)
 
     def _below_one_replica(self, snap: Snapshot, ops) -> str:
         """Why the memory limit cannot be met at all ('' when it can): one replica of every pool

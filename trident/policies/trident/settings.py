@@ -46,6 +46,12 @@ class TridentSettings:
     """Cold start of an actor before one was observed."""
     solver_time_limit_s: float = 0.5
     """Wall-clock limit of one MILP solve (the plan is checked for feasibility either way)."""
+    solver_retries: int = 2
+    """Looks the planner takes again at the very next step after a solve that found no plan (else
+    it waits ``plan_interval_s``): on a busy machine the time limit can pass before HiGHS has any
+    plan (on two-types twice in a row at 0.5 s, and the type move waited 5 s for the next look)."""
+    solver_retry_growth: float = 3.0
+    """Factor on the time limit per solve in a row that found no plan (0.5, 1.5, 4.5 s by default)."""
     # --- rollouts -------------------------------------------------------------------------------
     stuck_intervals: int = 2
     """Steps a pool may stand still short of its target (plus the cold start once an actor is
@@ -112,6 +118,9 @@ class TridentSettings:
             raise ConfigError("shift_ratio/shift_windows/shift_ratio_alone",
                               (self.shift_ratio, self.shift_windows, self.shift_ratio_alone),
                               "> 1, >= 1, > 1")
+        if self.solver_retries < 0 or self.solver_retry_growth < 1:
+            raise ConfigError("solver_retries/solver_retry_growth", (self.solver_retries, self.solver_retry_growth),
+                              ">= 0, >= 1")
         if self.bo_batch_growth < 1:
             raise ConfigError("bo_batch_growth", self.bo_batch_growth, "a number >= 1")
         if self.bo_trial_cold_starts < 0:
