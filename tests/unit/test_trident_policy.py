@@ -1073,3 +1073,30 @@ def test_a_4x_shift_is_acted_on_within_two_rate_windows_and_a_transient_is_not()
     noisy = [40.0, 24.0, 64.0, 40.0, 26.0, 60.0, 40.0, 28.0]
     late = _rate_notes(lambda k: 12.0 if k >= 60 else noisy[(k // 5) % len(noisy)], steps=90)
     assert late and "over 2 windows" in late[0][1] and late[0][0] - 60 <= 2 * s.rate_window_s, late
+
+
+def test_a_plan_whose_rollout_does_not_pay_leaves_the_batch_size_search_free_to_move(monkeypatch):
+    """The planner offers a change of the allocation that does not pay (as a drain that lowered
+    throughput after a trial of batch 64 measured worse than 32): the allocation stays, and the
+    batch-size search still moves (there, back to the best batch measured) instead of the pool
+    keeping the worse batch for the rest of the run."""
+    from trident.plan.rollout import Rollout
+    from trident.policies.trident import policy as policy_module
+    from trident.policies.trident import tuner
+    from trident.types import OperatorTarget
+
+    declined = Rollout(steps=(), go=False, reason="drain only (150.9 -> 125.7 rows/s); no cold start to pay",
+                       time_saved_s=0.0, cold_start_s=0.0)
+    monkeypatch.setattr(policy_module, "plan_rollout", lambda *a, **k: declined)
+    back = tuner.Trial(OperatorTarget(name="embed", batch_size=32, replicas=4), replicas_from=4, swap=True,
+                       reason="tune embed batch_size 8 -> 32 on 4 replica(s) (best safe)")
+    monkeypatch.setattr(policy_module.tuner, "next_batch_size", lambda *a, **k: back)
+    policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5000 * 2**20, seed=0))
+    kinds = []
+    for k in range(12):
+        d = policy.step(_starting_pool(k, running=4, pending=0), float(k))
+        kinds.append(d.kind)
+        if d.kind == "tune":
+            assert "drain only" in " ".join(d.notes) and d.plan.targets[0].batch_size == 32, d
+            break
+    assert "tune" in kinds, kinds

@@ -161,15 +161,7 @@ class TridentPolicy:
         self.solve_failures = 0
         if not result.changed:  # the allocation is settled: tune the bottleneck's batch size
             self._bound(ops, {o.name: o.config.replicas for o in ops if self._estimated(o, planning)}, "the plan")
-            trial = self._starting_trial(snap, ops, prob, planning)
-            if trial is None:
-                trial = tuner.next_batch_size(snap, ops, prob, planning.rates, self.tracks, self.settings,
-                                              self.context.seed)
-            if isinstance(trial, tuner.Trial):
-                return self._trial(trial, snap, now, notes + [result.reason])
-            if trial is not None:
-                notes.append(trial)
-            return Decision(time_s=now, reason=f"keep: {result.reason}", notes=tuple(notes), kind="keep")
+            return self._tune(snap, ops, prob, planning, now, notes, result.reason)
         targets = problem.targets(ops, result.allocation)
         tuner_before = self._tuner_state()
         targets, trial = self._fold_trial(snap, ops, prob, planning, result.allocation, targets)
@@ -188,10 +180,9 @@ class TridentPolicy:
                           actors_by_type={o.name: {u.accelerator_type: u.actors for u in o.by_type}
                                           for o in ops if o.by_type},
                           **problem.memory_room(prob, result.allocation)))
-        if not rollout.go:
+        if not rollout.go:  # the allocation stays as it is: the batch-size search may still move
             self._restore_tuner(tuner_before)  # a folded trial that does not run is not counted
-            return Decision(time_s=now, reason=f"keep: {rollout.reason}", notes=tuple(notes) + (result.reason,),
-                            kind="keep")
+            return self._tune(snap, ops, prob, planning, now, [*notes, result.reason], rollout.reason)
         self._bound(ops, {o.name: result.allocation.replicas(o.name) for o in ops if self._estimated(o, planning)},
                     "the plan")
         if trial is not None:
@@ -218,6 +209,22 @@ class TridentPolicy:
         decision = self._issue(tuple(st.target for st in phase) + caps, reason + held, now, notes, kind="plan")
         self.phases.plan_seq = self.plan_seq
         return decision
+
+    def _tune(self, snap: Snapshot, ops, prob, planning, now: float, notes: list[str], why: str) -> Decision:
+        """The allocation stays (settled, or its change does not pay): the bottleneck's next batch
+        size, the best one measured once the search is over, or a keep saying ``why``. (After a
+        trial of batch 64 on 6 replicas measured below 32 on 8, the memory its heap took made the
+        current plan invalid; the drain the planner offered did not pay, and the pool kept the
+        worse batch for the rest of the run instead of going back to the best one measured.)"""
+        trial = self._starting_trial(snap, ops, prob, planning)
+        if trial is None:
+            trial = tuner.next_batch_size(snap, ops, prob, planning.rates, self.tracks, self.settings,
+                                          self.context.seed)
+        if isinstance(trial, tuner.Trial):
+            return self._trial(trial, snap, now, [*notes, why])
+        if trial is not None:
+            notes = [*notes, trial]
+        return Decision(time_s=now, reason=f"keep: {why}", notes=tuple(notes), kind="keep")
 
     def _fold_trial(self, snap: Snapshot, ops, prob, planning, alloc, targets: tuple[OperatorTarget, ...]):
         """A plan that grows the bottleneck to at least twice its replicas starts mostly new actors
