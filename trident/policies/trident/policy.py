@@ -56,8 +56,7 @@ class TridentPolicy:
         self.last_plan_s: float | None = None
         self.replan_now = False
         self.solve_failures = 0
-        """Solves in a row that found no plan."""
-        """Whether the last solve found no plan (the next step looks again, once)."""
+        """Solves in a row that found no plan (the next step looks again, with a longer limit)."""
         self._regimes_seen = 0
         self.changed_ops: list[str] = []
         """Operators whose regime changed in this step."""
