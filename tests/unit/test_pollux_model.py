@@ -73,3 +73,17 @@ def test_bad_inputs_are_named():
     with pytest.raises(ConfigError, match="max_rounds"):
         replay([ElasticJob("y", "yolov3", 0.0, 4, 64)], TiresiasAlloc(), RoundConfig(max_rounds=3))
     assert math.isfinite(application("bert").gain(384, 1))
+
+
+def test_a_pollux_job_larger_than_the_cluster_is_a_named_bad_row(tmp_path):
+    """A job asking for more GPUs than the testbed has is reported with its file and line (its run
+    time would need a placement over thousands of nodes)."""
+    from trident.sim.loaders.pollux import load_pollux
+    from trident.errors import TraceFormatError
+
+    f = tmp_path / "workload.csv"
+    f.write_text("name,time,application,num_replicas,batch_size\na,0,yolov3,4,64\nb,5,yolov3,100000,64\n")
+    with pytest.raises(TraceFormatError, match=r"workload.csv:3: num_replicas=100000 is more GPUs than the 16 x 4"):
+        load_pollux(f)
+    trace = load_pollux(f, skip_bad=True)
+    assert [j.job_id for j in trace.jobs] == ["a"]

@@ -32,6 +32,8 @@ def load_pollux(path: str | Path, *, duration_by_application_s: dict[str, float]
             if app not in override and app not in APP_SETTINGS:
                 raise BadRow(f"application={app!r} has no tables; known: {sorted(APP_SETTINGS)}")
             replicas = rows.num(line, row, "num_replicas")
+            if replicas > num_nodes * gpus_per_node:
+                raise BadRow(f"num_replicas={replicas:g} is more GPUs than the {num_nodes} x {gpus_per_node} cluster has")
             duration = override.get(app) or isolated_run_s(app, int(replicas), int(rows.num(line, row, "batch_size")),
                                                             gpus_per_node)
             jobs.append(Job(job_id=row["name"], arrival_s=rows.num(line, row, "time"), duration_s=duration,
