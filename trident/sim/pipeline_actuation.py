@@ -126,7 +126,7 @@ class Actuation:
                 elif type_only and g.gpu_type == new_type and g.release_at_s is None and not g.retiring:
                     g.kept, g.accelerator_type = True, new_type  # what a new replica would be
                     continue
-                g.retiring = True
+                g.retiring, g.kept = True, False
             st.groups = [g for g in st.groups if g.count > 0]
             st.retired, st.rollout_started_s, st.swap = 0, self.time_s, target.swap
             st.swap_cap = min(n, sum(g.count for g in st.groups))
