@@ -480,13 +480,17 @@ class TridentPolicy:
         is held at its size: the search may start its new replicas at another batch once the first
         batch is measured (about one task's time). Grown first, the new replicas would be cancelled
         for the trial's (batch-size scenario: seven actors started at batch 8 and cancelled a second
-        later for four at batch 32, which then took 23 s to start on two cores)."""
-        if self.context.memory_limit_bytes is None or self.settings.bo_trials == 0:
+        later for four at batch 32, which then took 23 s to start on two cores). A pool whose heap
+        read now leaves the search no larger batch to certify is not held (:func:`tuner.may_try_larger`)."""
+        limit = self.context.memory_limit_bytes
+        if limit is None or self.settings.bo_trials == 0:
             return {}
+        heaps = self._heaps(snap)
         return {o.name: Bounds(lo=o.config.min_replicas, hi=max(o.config.replicas or 1, o.config.min_replicas, 1),
                                why="no batch measured yet: the batch-size search may choose its new replicas' batch")
                 for o in snap.operators
-                if o.config.kind == "actor" and o.config.batch_size and o.tasks_finished == 0 and not o.completed}
+                if o.config.kind == "actor" and o.config.batch_size and o.tasks_finished == 0 and not o.completed
+                and tuner.may_try_larger(snap, o, heaps, limit)}
 
     def _heaps(self, snap: Snapshot) -> dict[str, float]:
         return {o.name: estimates.heap(self.tracks[o.name], key_of(o.config), self.settings)

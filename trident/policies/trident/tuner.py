@@ -72,7 +72,7 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
                  for x in ops if x.name != o.name and x.name in tracks)
     if others >= limit or not tr.heap:
         return None
-    n_max = _most_replicas(snap, o)
+    n_max = most_replicas(snap, o)
     concurrencies = tuple(range(math.ceil(n_max / 2), n_max + 1))
     # larger batches raise throughput until memory runs out; smaller ones measured before stay candidates
     tried = {r.key.batch_size for r in tr.rates if r.key.device == dev and r.key.num_gpus == o.config.num_gpus
@@ -178,7 +178,22 @@ def _affine_gain(obs, knobs, best, free_bytes: float = math.inf) -> float:
     return knobs.batch_size / t * replicas / best.throughput_rows_per_s - 1
 
 
-def _most_replicas(snap: Snapshot, o: OperatorSnapshot) -> int:
+def may_try_larger(snap: Snapshot, o: OperatorSnapshot, heaps: dict[str, float], limit_bytes: float) -> bool:
+    """Whether the search could certify any trial of a larger batch for ``o`` once its first batch
+    is measured: twice the batch on half the replicas the pool may run, at twice the heap per
+    replica read now (the safe set's bound from one batch, before its margin), beside the other
+    pools' heaps (``heaps``: bytes per replica, 0 when unknown). True while ``o``'s heap is unknown.
+    On the video benchmark OCR's 750 MiB replicas left no room for batch 2 on four of them under
+    5 GiB, yet the pool waited its first 5 s task before growing."""
+    h = heaps.get(o.name, 0.0)
+    if h <= 0:
+        return True
+    others = sum(heaps.get(x.name, 0.0) * (x.config.replicas or 0) for x in snap.operators
+                 if x.name != o.name and x.config.kind == "actor")
+    return others + math.ceil(most_replicas(snap, o) / 2) * 2 * h <= limit_bytes
+
+
+def most_replicas(snap: Snapshot, o: OperatorSnapshot) -> int:
     """Replicas the pool may run: its maximum, and no more than the GPUs the other pools leave."""
     hi = o.config.max_replicas or max(o.config.replicas or 1, 1)
     if o.config.num_gpus > 0:
@@ -195,7 +210,7 @@ def _room_for(snap: Snapshot, o: OperatorSnapshot, new: int, *, old_heap: float,
     memory allow. The pool keeps at least its minimum (Ray Data never runs a pool below it);
     fewer new replicas start when that minimum leaves no room for all ``new``."""
     n = o.config.replicas or 0
-    most = _most_replicas(snap, o)
+    most = most_replicas(snap, o)
     keep = min(n, most - new)
     if old_heap > 0:
         keep = min(keep, math.floor((free_memory - new * new_heap) / old_heap))
