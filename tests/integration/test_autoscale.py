@@ -137,6 +137,7 @@ def test_pool_reaches_policy_target_within_bounded_time():
     reached = [a for a in execution.actions if a.kind == "target_reached"]
     assert reached, [a.detail for a in execution.actions]
     assert 0 < reached[0].value <= execution.wall_s  # measured, within the run
+    assert 0 < reached[0].starting_s <= reached[0].value  # two new actors were starting for part of it
     sizes = [s.operator(target.operator).actors_running for s in execution.snapshots]
     assert max(sizes) == 3, sizes  # the real pool got there and never past the target
     assert len({r["pid"] for r in rows}) == 3  # three distinct actor processes did the work

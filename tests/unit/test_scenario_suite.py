@@ -1,4 +1,6 @@
 """The scenario suite's calibration: phases of a regime shift, scaling, the work bound (pure)."""
+import dataclasses
+
 import pytest
 
 from trident.demos.suite import Stage, scenarios, work_bound_s
@@ -56,3 +58,6 @@ def test_a_plans_time_beyond_its_cold_starts_is_what_it_waited_with_no_actor_sta
     ex.actions = [Action(time_s=17.0, operator="embed", kind="target_reached", detail="", value=7.0),
                   Action(time_s=17.0, operator="embed", kind="drain", detail="", value=None)]
     assert reach_and_start(ex) == [(7.0, 4.0)]
+    # the shim's own count at every scheduling step, finer than the 1 s snapshots, wins
+    ex.actions[0] = dataclasses.replace(ex.actions[0], starting_s=4.6)
+    assert reach_and_start(ex) == [(7.0, 4.6)]

@@ -376,6 +376,20 @@ def test_a_stall_after_cheap_rows_ends_the_regime_on_the_busy_time_rate(growing)
     assert est.rows_per_s == pytest.approx(4 / (31 - stall_at)) and est.source == "stall bound"
 
 
+def test_a_stall_bound_does_not_shrink_a_pool_whose_input_waits_on_full_slots():
+    """A stall's bound is an upper bound on the rate, not a measure of it: a plan on it must not
+    drain a backlogged pool (on PDF one drained an OCR replica on a bound of 3.8 rows/s per
+    replica where the scanned pages ran at 0.08)."""
+    policy, snap, notes = _stall(rows_per_task=4, busy_per_task_s=0.05, stall_at=20.0, steps=25, growing=True)
+    assert notes, "the stall was never noticed"
+    ocr = snap.operator("ocr")
+    snap = _ocr_at(snap, tasks_in_flight=ocr.actors_running * max(1, ocr.config.max_concurrency), input_queue_blocks=50)
+    planning = problem.build(snap, problem.plannable(snap), policy.tracks, policy.settings, 5 * GiB)
+    assert planning.rates["ocr"].source == "stall bound", planning.rates
+    (spec,) = [sp for sp in planning.problem.operators if sp.name == "ocr"]
+    assert spec.min_replicas == snap.operator("ocr").config.replicas, spec
+
+
 def test_a_confirmed_heap_estimate_lets_the_next_plan_come_before_the_dwell_ends():
     """The first plan keeps the full memory margin (4 replicas fit); once the heap stands on
     enough replica samples the margin shrinks and the fifth replica is planned at once, not

@@ -267,11 +267,15 @@ def run_once(sc: Scenario, policy: str, *, interval_s: float = 1.0) -> Run:
 
 def reach_and_start(ex) -> list[tuple[float, float]]:
     """Per pool target an execution reached: (seconds from the plan, seconds of them an actor of
-    the pool was pending, counted over the snapshots between). The difference is what the plan's
-    actuation added to the cold starts (waiting for drains or for another pool's room)."""
+    the pool was pending: as the shim counted them at every scheduling step, else over the
+    snapshots between). The difference is what the plan's actuation added to the cold starts
+    (waiting for drains or for another pool's room)."""
     out = []
     for a in ex.actions:
         if a.kind != "target_reached" or a.value is None:
+            continue
+        if a.starting_s is not None:
+            out.append((a.value, a.starting_s))
             continue
         snaps = [s for s in ex.snapshots if a.time_s - a.value <= s.time_s <= a.time_s]
         starting = 0.0

@@ -15,6 +15,17 @@ from trident.report.record import Action, Event, ExecutionRecord
 from trident.types import OperatorTarget, Plan
 
 
+@dataclasses.dataclass
+class _Reach:
+    """A pool target not reached yet: since when (s), and how many of those seconds an actor of
+    the pool was starting (accumulated at every scheduling step)."""
+
+    want: int
+    since_s: float
+    seen_s: float
+    starting_s: float = 0.0
+
+
 def operator_kind(op: Any) -> str:
     from ray.data._internal.execution.operators.actor_pool_map_operator import ActorPoolMapOperator
     from ray.data._internal.execution.operators.task_pool_map_operator import TaskPoolMapOperator
@@ -53,7 +64,7 @@ class ExecutionShim:
         self.names = None
         self.kinds: dict[Any, str] = {}
         self.pool_targets: dict[Any, int] = {}
-        self.reach: dict[Any, tuple[int, float]] = {}
+        self.reach: dict[Any, _Reach] = {}
         self.rollouts: dict[Any, Any] = {}
         self.applied_plan_seq = 0
         self.last_observed_s = -float("inf")
@@ -242,7 +253,7 @@ class ExecutionShim:
                      else f" (clamped from {target.replicas} to {pool.min_size()}..{pool.max_size()})")
             if applied:
                 self.pool_targets[op] = want
-                self.reach[op] = (want, plan.created_at_s)
+                self.reach[op] = _Reach(want=want, since_s=plan.created_at_s, seen_s=now)
             self._action(now, target.name, "pool_target", f"pool target -> {want}{clamp} ({plan.reason})", want,
                          applied=applied)
         if target.needs_rollout and self._differs(op, target):
@@ -379,21 +390,28 @@ class ExecutionShim:
         return clamp
 
     def _check_reached(self, now: float) -> None:
-        for op, (want, since_s) in list(self.reach.items()):
+        for op, r in list(self.reach.items()):
             pool = op.get_autoscaling_actor_pools()[0]
+            pending = pool.num_pending_actors()
+            if pending:
+                r.starting_s += now - r.seen_s
+            r.seen_s = now
             if op in self.rollouts:
                 continue
-            if pool.num_pending_actors() == 0 and pool.num_alive_actors() == want:
+            if pending == 0 and pool.num_alive_actors() == r.want:
                 del self.reach[op]
                 self._action(now, self.names.by_op[op], "target_reached",
-                             f"{want} actor(s) running {now - since_s:.2f} s after the plan", now - since_s)
+                             f"{r.want} actor(s) running {now - r.since_s:.2f} s after the plan "
+                             f"({r.starting_s:.2f} s of it with an actor starting)", now - r.since_s,
+                             starting_s=r.starting_s)
 
     # -- record ----------------------------------------------------------------------------
 
     def _action(self, now: float, operator: str, kind: str, detail: str, value: float | None = None,
-                applied: bool = True) -> None:
+                applied: bool = True, starting_s: float | None = None) -> None:
         self.record.actions.append(Action(time_s=now, operator=operator, kind=kind, detail=detail,
-                                          value=float(value) if value is not None else None, applied=applied))
+                                          value=float(value) if value is not None else None, applied=applied,
+                                          starting_s=starting_s))
 
     def _event(self, kind: str, message: str) -> None:
         from trident.control.metrics import count_event

@@ -32,6 +32,8 @@ class Action:
     detail: str
     value: float | None = None
     applied: bool = True
+    starting_s: float | None = None
+    """``target_reached``: of ``value``, the seconds an actor of the pool was starting."""
 
 
 @dataclass(frozen=True)

@@ -95,8 +95,8 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
             rate_in = rate_out / sels[i]
             if o.config.replicas is None:  # an uncapped task operator takes the CPUs it needs, no more
                 lo, hi = 1, None
-            elif source == "busy time" and _backlogged(o) and not tr.regime_start_s:
-                lo = max(lo or 0, replicas)  # Ray's rule would keep it: a first estimate does not shrink it
+            elif _backlogged(o) and (source == "stall bound" or (source == "busy time" and not tr.regime_start_s)):
+                lo = max(lo or 0, replicas)  # Ray's rule would keep it: a first estimate or a bound does not shrink it
         if o.input_queue_blocks == 0 and all(u.completed for u in snap.operators if u.index < o.index):
             cap = max(replicas, lo or 0)  # its input is all handed out: more replicas would idle
             hi = cap if hi is None else min(hi, cap)
@@ -142,7 +142,9 @@ def _backlogged(o: OperatorSnapshot) -> bool:
     benchmark to give their memory to Embed; OCR's first pages were fast, the next ones 50x
     slower, and it took 40 s to grow back. After a detected change the estimate rests on the
     windows that showed it: there the floor held long-shift's Detect at 6 replicas for ~8 s at
-    one shift, until its new rate was measured.
+    one shift, until its new rate was measured. Nor does a plan on a stall's bound (an upper
+    bound on the rate, not a measure of it): on PDF a plan 7.6 s in drained an OCR replica on
+    a bound of 3.8 rows/s per replica where the scanned pages ran at 0.08.
 
     Not a pool whose output is backpressured: its slots are full because its downstream does
     not take what it makes, so it is not the pipeline's bottleneck whatever its true rate. On
