@@ -49,9 +49,9 @@ class RollOnce:
 
 
 class SwitchToB(RollOnce):
-    """Batch 32 on type B."""
+    """Batch 32 on type B, on the pool's 2 replicas."""
 
-    CHANGE = {"batch_size": 32, "accelerator_type": "B"}
+    CHANGE = {"batch_size": 32, "accelerator_type": "B", "replicas": 2}
 
 
 class GrowBatch(RollOnce):
@@ -103,6 +103,11 @@ def test_rolling_update_batch_64_on_a_to_batch_32_on_b(cluster):
     assert any(node == cluster["A"] for _, node, _ in during)
     final = execution.snapshots[-1].operator(started.operator).config
     assert final.batch_size == 32 and final.accelerator_type == "B"
+    # the target is reached once the new actors run and the old ones get no new work, before the
+    # old ones have finished what was queued on them
+    (reached,) = [a for a in execution.actions if a.kind == "target_reached"]
+    assert reached.time_s <= finished.time_s, (reached, finished)
+    assert 0 < reached.starting_s <= reached.value
 
 
 def test_a_larger_batch_gets_input_bundles_of_its_size(cluster):

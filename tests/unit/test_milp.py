@@ -42,7 +42,8 @@ def _random_problem(rng: np.random.Generator, *, bin_packing: bool = False) -> P
         mx = None if rng.random() < 0.5 else int(rng.integers(max(mn, 1), 4))
         ops.append(OperatorSpec(name=f"op{i}", options=opts, selectivity=float(rng.uniform(0.5, 2.0)),
                                 min_replicas=mn, max_replicas=mx, cold_start_s=float(rng.uniform(0, 30)),
-                                single_device=bool(rng.random() < 0.3)))
+                                single_device=bool(rng.random() < 0.3),
+                                demand=None if rng.random() < 0.6 else float(rng.uniform(0.2, 2.0))))
     problem = PlacementProblem(operators=tuple(ops), node_types=node_types, gap_rel=1e-7, hysteresis=0.0,
                                horizon_s=60.0, bin_packing=bin_packing,
                                memory_limit_bytes=None if rng.random() < 0.5 else int(rng.integers(4, 16)),
@@ -431,3 +432,21 @@ def test_solves_after_another_highs_user_in_the_same_process():
     assert pulp.LpStatus[other.status] == "Optimal"
     res = solve_placement(_two_op_problem())
     assert res.status == "optimal" and res.throughput_rows_per_s == pytest.approx(130.0, rel=0.01)
+
+
+def test_an_operator_with_more_work_left_gets_more_replicas():
+    """Detect (12.5 rows/s per replica) has 2,600 rows left; Embed (47) has those and 2,000
+    queued: 4,600. Sized for the rates alone the 8 slots split 6 + 2 and Embed finishes 59 s on;
+    sized for the work left (Detect's demand 2,600 / 4,600 of Embed's) they split 5 + 3: 42 s."""
+    def op(name, rate, demand=None):
+        return OperatorSpec(name=name, options=(DeviceOption(device="gpu", rate_rows_per_s=rate, cpus=1.0, gpus=0.5),),
+                            min_replicas=1, max_replicas=6, single_device=True, demand=demand)
+
+    node = (NodeType(name="gpu", count=1, cpus=16, gpus=4),)
+    rates_only = solve_placement(PlacementProblem(operators=(op("detect", 12.5), op("embed", 47.0)), node_types=node))
+    work_left = solve_placement(PlacementProblem(operators=(op("detect", 12.5, 2600 / 4600), op("embed", 47.0)),
+                                                 node_types=node))
+    assert rates_only.allocation.replicas("embed") == 2 and rates_only.allocation.replicas("detect") == 6
+    assert work_left.allocation.replicas("embed") == 3 and work_left.allocation.replicas("detect") == 5
+    with pytest.raises(ConfigError, match="demand"):
+        op("embed", 47.0, demand=0.0)

@@ -283,6 +283,31 @@ def test_a_first_estimate_does_not_shrink_a_pool_whose_input_waits_on_full_slots
         assert ocr.min_replicas == floor, (queued, backpressured, ocr)
 
 
+def test_an_operator_with_rows_queued_before_it_is_planned_for_the_work_it_has_left():
+    """12,000 rows; detect has put out 9,400, embed 7,400 (2,000 queued between them, 21 s of
+    work at embed's 94 rows/s, cold start 3 s): embed's demand counts its 4,600 rows left,
+    detect's the 2,600 it has left, in proportion. No queue, or one worked off within a cold
+    start (the same 2,000 rows at 1,000 rows/s), or unknown pipeline rows: no demands."""
+    def snap(detect_out, embed_out, total=12_000):
+        ops = tuple(OperatorSnapshot(name=n, index=i, rows_out_total=out,
+                                     config=OperatorConfig(kind="actor", replicas=4, min_replicas=1, max_replicas=6))
+                    for i, (n, out) in enumerate((("detect", detect_out), ("embed", embed_out))))
+        return Snapshot(execution_id="e", seq=0, time_s=0.0, operators=ops, input_rows_total=total,
+                        cluster=ClusterView(cpus=16, gpus=4))
+
+    def demands(s, sels=(1.0, 1.0), embed_rows_per_s=94.0):
+        return problem.work_left(s, list(s.operators), list(sels), capacity=[50.0, embed_rows_per_s],
+                                 cold_start_s=[3.0, 3.0])
+
+    assert demands(snap(9_400, 7_400)) == pytest.approx([2600 / 4600, 1.0])
+    assert demands(snap(5_000, 5_000)) is None
+    assert demands(snap(9_400, 7_400), embed_rows_per_s=1_000.0) is None
+    assert demands(snap(12_000, 7_000))[0] == pytest.approx(problem.WORK_LEFT_FLOOR)  # detect's input all done
+    # embed halves its rows (selectivity 0.5): the same 2,000 queued rows
+    assert demands(snap(9_400, 3_700), sels=(1.0, 0.5)) == pytest.approx([2600 / 4600, 1.0])
+    assert demands(replace(snap(9_400, 7_400), input_rows_total=None)) is None
+
+
 def test_no_plan_before_the_executor_reports_its_cluster():
     policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5 * GiB, seed=0))
     snap = _ray_like(0.0, ocr_replicas=1, ocr_out=4, embed_out=0)
@@ -562,6 +587,23 @@ def test_the_first_trial_reaches_four_times_the_batch_on_fewer_replicas_then_add
                            settings=TridentSettings(bo_batch_growth=2.0))
     tunes = [d for d in _plans(simulate(spec, policy=narrow, seed=0)) if d.kind == "tune"]
     assert tunes and next(t for t in tunes[0].plan.targets if t.name == "embed").batch_size == 16
+
+
+def test_the_plan_after_a_batch_size_trial_comes_when_the_trial_is_measured_not_after_the_dwell():
+    """A trial's point is its measurement: once its rollout completes the planner looks at every
+    step until the new batch is measured, then plans (here: grows the pool to 8 at batch 32). The
+    heap confirmation, which also ends a dwell, is kept out of it (``stable_heap_samples``)."""
+    spec = _batch_sensitive()
+    spec = replace(spec, operators=(spec.operators[0], replace(spec.operators[1], heap_base_bytes=150 * 2**20)))
+    policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=spec.memory_limit_bytes, seed=0),
+                           settings=TridentSettings(stable_heap_samples=10**6))
+    res = simulate(spec, policy=policy, seed=0)
+    assert res.finished and res.oom_kills == 0
+    trial = next(d for d in res.decisions if d.kind == "tune")
+    done = next(d for d in res.decisions if d.time_s > trial.time_s and d.reason.startswith("rollout complete"))
+    grown = next(d for d in res.decisions if d.time_s > done.time_s and d.plan is not None)
+    assert any(t.name == "embed" and t.replicas == 8 for t in grown.plan.targets), grown.reason
+    assert grown.time_s - done.time_s < policy.settings.min_dwell_s / 3, (done.time_s, grown.time_s, grown.reason)
 
 
 def test_a_scale_up_of_the_bottleneck_starts_its_new_replicas_at_the_batch_size_to_try():

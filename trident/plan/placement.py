@@ -89,6 +89,11 @@ class OperatorSpec:
     cold_start_s: float = 0.0
     single_device: bool = False
     """All replicas on one device (an actor pool has one accelerator type)."""
+    demand: float | None = None
+    """Rows into this operator per row into the first one that the plan must sustain; ``None``:
+    the product of the selectivities before it. A plan for the work left sets it from the rows
+    each operator has still to take in: one with a queue before it has more to do than the rate
+    of the operators before it asks."""
 
     def __post_init__(self) -> None:
         if not self.options:
@@ -103,6 +108,8 @@ class OperatorSpec:
             raise ConfigError(f"{self.name}.max_replicas", self.max_replicas, f">= min_replicas ({self.min_replicas})")
         if self.cold_start_s < 0:
             raise ConfigError(f"{self.name}.cold_start_s", self.cold_start_s, "seconds >= 0")
+        if self.demand is not None and not (self.demand > 0 and math.isfinite(self.demand)):
+            raise ConfigError(f"{self.name}.demand", self.demand, "None or a finite number > 0")
 
     def option(self, device: str) -> DeviceOption | None:
         return next((o for o in self.options if o.device == device), None)
@@ -189,10 +196,10 @@ class PlacementProblem:
             raise ConfigError("max_throughput_rows_per_s", self.max_throughput_rows_per_s, "None or >= 0")
 
     def demand_factors(self) -> list[float]:
-        """Rows into each operator per row into the first one."""
+        """Rows into each operator per row into the first one (its ``demand`` where set)."""
         out, f = [], 1.0
         for op in self.operators:
-            out.append(f)
+            out.append(f if op.demand is None else op.demand)
             f *= op.selectivity
         return out
 

@@ -396,13 +396,18 @@ class ExecutionShim:
             if pending:
                 r.starting_s += now - r.seen_s
             r.seen_s = now
-            if op in self.rollouts:
-                continue
-            if pending == 0 and pool.num_alive_actors() == r.want:
+            rollout = self.rollouts.get(op)
+            if rollout is None:
+                reached, finishing = pool.num_alive_actors() == r.want, 0
+            else:  # old actors that get no new work and finish what was queued on them do not count
+                finishing = len(rollout.old)
+                reached = rollout.new_size() == r.want and not rollout.old - pool.trident_retiring
+            if pending == 0 and reached:
                 del self.reach[op]
+                left = f", {finishing} old actor(s) finishing their queued tasks" if finishing else ""
                 self._action(now, self.names.by_op[op], "target_reached",
                              f"{r.want} actor(s) running {now - r.since_s:.2f} s after the plan "
-                             f"({r.starting_s:.2f} s of it with an actor starting)", now - r.since_s,
+                             f"({r.starting_s:.2f} s of it with an actor starting{left})", now - r.since_s,
                              starting_s=r.starting_s)
 
     # -- record ----------------------------------------------------------------------------

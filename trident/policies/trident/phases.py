@@ -64,13 +64,16 @@ class Phases:
     plan_seq: int = 0
     """The plan that started the current phase: nothing is judged before the executor applied it."""
     progress: dict[str, Progress] = field(default_factory=dict)
+    trial: bool = False
+    """The rollout carries a batch-size trial: what it measures is due at once when it completes."""
 
     @property
     def active(self) -> bool:
         return bool(self.current)
 
-    def start(self, phases: list[tuple[RolloutStep, ...]], now: float) -> tuple[RolloutStep, ...]:
-        self.pending = list(phases)
+    def start(self, phases: list[tuple[RolloutStep, ...]], now: float, *,
+              trial: bool = False) -> tuple[RolloutStep, ...]:
+        self.pending, self.trial = list(phases), trial
         return self.advance(now)
 
     def advance(self, now: float) -> tuple[RolloutStep, ...]:
@@ -81,7 +84,7 @@ class Phases:
         return self.current
 
     def clear(self) -> None:
-        self.pending, self.current, self.progress, self.plan_seq = [], (), {}, 0
+        self.pending, self.current, self.progress, self.plan_seq, self.trial = [], (), {}, 0, False
 
     def operators(self) -> frozenset[str]:
         return frozenset(st.operator for st in self.current)

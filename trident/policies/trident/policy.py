@@ -193,12 +193,10 @@ class TridentPolicy:
                                  if planning.rates[o.name].rows_per_s < problem.UNKNOWN_RATE}
         rates = ", ".join(f"{n} {e.rows_per_s:.3g} rows/s per replica ({e.source})"
                           for n, e in planning.rates.items() if e.rows_per_s < problem.UNKNOWN_RATE)
-        out, f = [], 1.0
-        for o, sel in zip(ops, estimates.selectivities(ops, self.tracks)):
-            f *= sel
-            out.append((o.name, result.throughput_rows_per_s * f))
+        out = [(o.name, result.throughput_rows_per_s * f * sel)  # what the plan asks each operator to put out
+               for o, f, sel in zip(ops, prob.demand_factors(), estimates.selectivities(ops, self.tracks))]
         self.predicted = tuple(p for p in out if math.isfinite(p[1]))
-        phase = self.phases.start(rollout.phases(), now)
+        phase = self.phases.start(rollout.phases(), now, trial=trial is not None)
         steps = "; ".join(st.reason for st in rollout.steps) + (f"; {trial.reason} (folded into the scale-up: "
                                                                   f"its new replicas start at the trial's batch)"
                                                                   if trial is not None else "")
@@ -318,7 +316,7 @@ class TridentPolicy:
                                reason=f"rolling update of {t.name} to batch_size {t.batch_size} on {t.replicas} "
                                       f"replica(s), {how}"),)]
         self.bounds[t.name] = Bounds(lo=t.replicas, hi=t.replicas, why="the batch-size trial")
-        phase = self.phases.start(phases, now)
+        phase = self.phases.start(phases, now, trial=True)
         reason = f"{trial.reason} | now: " + "; ".join(st.reason for st in phase)
         caps, held = self._hold_tasks(snap) if swap else ((), "")
         decision = self._issue(tuple(st.target for st in phase) + caps, reason + held, now, notes, kind="tune")
@@ -420,9 +418,14 @@ class TridentPolicy:
         if waiting and not timed_out and stuck is None:
             return Decision(time_s=now, reason=f"rollout: waiting for {', '.join(st.operator for st in waiting)} "
                                                f"to reach its target", notes=tuple(notes), kind="rollout")
+        trial = self.phases.trial
         phase = self.phases.advance(now)
         self.last_plan_s = now
         if not phase:
+            if trial:  # the trial's point is its measurement: the planner looks as soon as it is in,
+                # not a dwell later (batch-size scenario: 8 x batch 32 waited 3 s on it, and 15 s
+                # where nothing else ended the dwell)
+                self.replan_now, self.last_look_s, self.phases.trial = True, None, False
             return Decision(time_s=now, reason="rollout complete" + (" (timed out waiting)" if timed_out else ""),
                             notes=tuple(notes), kind="rollout")
         after = f" ({stuck.obstacle})" if stuck is not None else " after a timeout" if timed_out else ""

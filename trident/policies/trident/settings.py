@@ -26,6 +26,9 @@ class TridentSettings:
     """Throughput gain a new plan needs over the current one."""
     horizon_s: float = 600.0
     """Seconds over which a cold start is amortised (shortened by the remaining work when known)."""
+    plan_work_left: bool = True
+    """Size each operator for the rows it has left (its queue included), not for the rate of the
+    operators before it alone (see :func:`trident.policies.trident.problem.work_left`)."""
     rate_window_s: float = 5.0
     """Seconds per throughput measurement."""
     max_rate_window_s: float = 60.0
