@@ -18,12 +18,14 @@ Contenders: ``fifo`` (no preemption; pipelines hold their maximum), ``tiresias/e
 (kill-and-restart; pipelines hold their maximum and are never preempted), ``trident``
 (rltune order, lazy preemption, pipelines elastic between min and max GPUs: shrunk for a
 waiting job, grown back when GPUs are free). The simulator replays the same jobs under the same
-policy objects, a pipeline as a rigid job of its maximum GPUs (the simulator has no elastic
-jobs), with setups and durations observed, not declared: before the contenders (after a short
-warm-up pipeline), each distinct pipeline and one training stand-in of each kind (plain task,
-checkpointing trainable) run alone on the cluster through the same ``JobScheduler``; a pipeline's setup is its start to its first
-warm actor pool, a training job's is its declared setup plus the launch overhead seen. The
-simulator on the declared figures is reported beside it (``simulated_declared``).
+policy objects, a pipeline as an elastic job between the same minimum and maximum (under FIFO
+and Tiresias both are its maximum: it is never evicted; its GPUs divide the cost curve's share
+of its run time, Amdahl), with setups and durations observed, not declared: before the
+contenders (after a short warm-up pipeline), each distinct pipeline and one training stand-in
+of each kind (plain task, checkpointing trainable) run alone on the cluster through the same
+``JobScheduler``; a pipeline's setup is its start to its first warm actor pool, a training
+job's is its declared setup plus the launch overhead seen. The simulator on the declared
+figures is reported beside it (``simulated_declared``).
 
     python benchmarks/job_layer_real.py            # ~6 min on a 2-core machine
 """
@@ -145,11 +147,15 @@ def plug_ins(name: str):
                                          prior=RuntimePrior.philly(scale=SCALE), max_waste_fraction=0.5)
 
 
+def min_gpus(name: str, a: Arrival) -> int:
+    """A pipeline's minimum GPUs: elastic down to ``a.min_gpus`` under trident, else its maximum."""
+    return a.min_gpus if name == "trident" else a.gpus
+
+
 def run_real(name: str, stage) -> dict:
     from trident.sched.scheduler import JobScheduler
 
     policy, preemptor = plug_ins(name)
-    elastic = name == "trident"
     sched = JobScheduler(policy=policy, preemption=preemptor, placement="first-fit", tick_s=300 * SCALE,
                          node_refresh_s=1.0)
     t0 = time.monotonic()
@@ -159,10 +165,10 @@ def run_real(name: str, stage) -> dict:
             time.sleep(max(0.0, a.at_s - (time.monotonic() - t0)))
             if a.rows:
                 sched.submit_pipeline(pipeline, a.rows, a.gpus, stage, name=a.name, gpu_models=("B",),
-                                      min_gpus=a.min_gpus if elastic else a.gpus, max_gpus=a.gpus,
+                                      min_gpus=min_gpus(name, a), max_gpus=a.gpus,
                                       setup_s=2.0, autoscale=dict(policy="ds2", interval_s=0.5))
             else:
-                fn = Train if elastic else train_plain
+                fn = Train if name == "trident" else train_plain
                 sched.submit(fn, a.steps, a.setup_s, num_gpus=a.gpus, name=a.name, setup_s=a.setup_s)
 
     submitter = threading.Thread(target=submit_all)
@@ -247,7 +253,9 @@ def calibrate(stage) -> dict:
 
 def run_sim(name: str, calib: dict | None) -> dict:
     """The contender in the simulator, on the observed setups and durations of ``calib`` (the
-    declared ones when ``None``)."""
+    declared ones when ``None``). A pipeline is an elastic job between :func:`min_gpus` and its
+    maximum; its parallel fraction is the cost curve's share of its run time at its maximum
+    (1 on the declared figures, where the curve is its run time)."""
     from trident.sched.base import Job, Node
     from trident.sched.placement import FirstFitPlacer
     from trident.sim.engine import EngineConfig, SetupModel, Simulator
@@ -267,8 +275,13 @@ def run_sim(name: str, calib: dict | None) -> dict:
     jobs = []
     for a in WORKLOAD:
         setup_s, run_s = times(a)
-        jobs.append(Job(job_id=a.name, arrival_s=a.at_s, num_gpus=a.gpus, gpu_models=("B",) if a.rows else (),
-                        duration_s=max(run_s, 1e-3), setup_s=setup_s))
+        run_s = max(run_s, 1e-3)
+        if a.rows:  # elastic, as run_real submits it; the cost curve's GPU time is what its GPUs divide
+            shape = dict(num_gpus=min_gpus(name, a), max_gpus=a.gpus, gpu_models=("B",),
+                         parallel_fraction=min(1.0, pipeline_seconds(a.rows, a.gpus) / run_s))
+        else:
+            shape = dict(num_gpus=a.gpus)
+        jobs.append(Job(job_id=a.name, arrival_s=a.at_s, duration_s=run_s, setup_s=setup_s, **shape))
     res = Simulator(nodes=nodes, policy=policy, placer=FirstFitPlacer(), preemptor=preemptor,
                     config=EngineConfig(setup=SetupModel(kind="none"), restore_s=30 * SCALE, tick_s=300 * SCALE)
                     ).run(jobs)

@@ -4,8 +4,11 @@ questions with the same answers.
 
 JobScheduler's only stand-in is its Ray edge: a backend whose attempts end after their setup
 plus their remaining work, progress after setup kept across a preemption (the simulator's
-rule), on a clock that jumps to the next event."""
+rule), on a clock that jumps to the next event. Its pipelines follow the simulator's rule for
+elastic jobs: GPUs lent are warm (the pipeline is cold-starting until then) ``setup_s`` after
+its budget grew, and it progresses in proportion to its warm GPUs."""
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,20 +17,54 @@ from trident.sched.base import Job, Node
 from trident.sched.ray_backend import Attempt
 from trident.sched.scheduler import JobScheduler
 from trident.sim.engine import EngineConfig, SetupModel, Simulator
+from trident.sim.progress import finish_s, work_done
 
 NODES = (Node(node_id="a0", gpu_model="A", num_gpus=4, cpus=16), Node(node_id="a1", gpu_model="A", num_gpus=2, cpus=8),
          Node(node_id="b0", gpu_model="B", num_gpus=4, cpus=16))
 
 
-def _trace(seed: int, n: int = 24) -> list[Job]:
+def _trace(seed: int, n: int = 24, elastic: bool = False) -> list[Job]:
+    """Jobs arriving ~400 s apart; with ``elastic``, every fourth is a pipeline of 1 to 4 GPUs."""
     rng = np.random.default_rng(seed)
     t, jobs = 0.0, []
     for k in range(n):
         t += float(rng.exponential(400.0))
-        jobs.append(Job(job_id=f"j{k:02d}", arrival_s=round(t, 3), duration_s=float(rng.lognormal(7.0, 1.0)),
-                        num_gpus=float(rng.choice([0.5, 1, 2, 4])), setup_s=float(rng.choice([30.0, 300.0])),
-                        gpu_models=("A",) if k % 5 == 0 else ()))
+        duration_s, gpus = float(rng.lognormal(7.0, 1.0)), dict(num_gpus=float(rng.choice([0.5, 1, 2, 4])))
+        if elastic and k % 4 == 1:
+            gpus = dict(num_gpus=1.0, max_gpus=4.0)
+        jobs.append(Job(job_id=f"j{k:02d}", arrival_s=round(t, 3), duration_s=duration_s,
+                        setup_s=float(rng.choice([30.0, 300.0])), gpu_models=("A",) if k % 5 == 0 else (), **gpus))
     return jobs
+
+
+class FakePipeline:
+    """A pipeline on the simulated clock: ``set_budget`` lends or takes back GPUs (see the module
+    docstring); it is its own ``run`` (``trident.autoscale``'s, as the scheduler reads it)."""
+
+    rewarm_s = None
+    executions = (SimpleNamespace(snapshots=[1]),)
+
+    def __init__(self, backend: "EventBackend", job: Job, budget_gpus: float) -> None:
+        self.backend, self.job, self.future = backend, job, job.job_id
+        now = backend.clock.t
+        self.groups = [(now + job.setup_s, budget_gpus)]
+        self.at, self.remaining, self.run = now, job.duration_s, self
+        backend.observe_at.add(self.groups[0][0])
+
+    @property
+    def cold_starting(self) -> bool:
+        return self.backend.clock.t < max(w for w, _ in self.groups)
+
+    def set_budget(self, gpus: float) -> None:
+        now = self.backend.clock.t
+        self.remaining -= work_done(self.groups, 1.0, self.job.max_gpus, self.at, now)
+        self.at = now
+        held = sum(g for _, g in self.groups)
+        self.groups = self.groups + [(now + self.job.setup_s, gpus - held)] if gpus > held else self.groups[:1]
+        self.backend.observe_at |= {now, now + self.job.setup_s}
+
+    def finish_s(self) -> float:
+        return finish_s(self.groups, 1.0, self.job.max_gpus, self.at, self.remaining)
 
 
 class Clock:
@@ -47,13 +84,20 @@ class EventBackend:
         self.pending = sorted(jobs, key=lambda j: (j.arrival_s, j.job_id))
         self.remaining = {j.job_id: j.duration_s for j in jobs}
         self.live: dict[str, tuple[float, float]] = {}  # job id -> (setup end, finish)
+        self.pipelines: dict[str, FakePipeline] = {}
+        self.observe_at: set[float] = set()
+        """When a pipeline's cold start begins or ends: the scheduler polls then."""
         self.sched: JobScheduler | None = None
 
     def arrive(self) -> None:
         while self.pending and self.pending[0].arrival_s <= self.clock.t:
             j = self.pending.pop(0)
-            self.sched.submit(lambda: None, name=j.job_id, num_gpus=j.num_gpus, gpu_models=j.gpu_models,
-                              setup_s=j.setup_s)
+            if j.elastic:
+                self.sched.submit_pipeline(lambda: None, name=j.job_id, min_gpus=j.num_gpus, max_gpus=j.max_gpus,
+                                           gpu_models=j.gpu_models, setup_s=j.setup_s)
+            else:
+                self.sched.submit(lambda: None, name=j.job_id, num_gpus=j.num_gpus, gpu_models=j.gpu_models,
+                                  setup_s=j.setup_s)
 
     def nodes(self):
         return list(NODES)
@@ -63,15 +107,24 @@ class EventBackend:
         self.live[name] = (setup_end, setup_end + self.remaining[name])
         return Attempt(ref=name)
 
+    def launch_pipeline(self, fn, args, kwargs, *, name, budget_gpus, autoscale):
+        self.pipelines[name] = FakePipeline(self, self.jobs[name], budget_gpus)
+        return self.pipelines[name]
+
+    def _end(self, ref) -> float:
+        return self.pipelines[ref].finish_s() if ref in self.pipelines else self.live[ref][1]
+
     def wait(self, refs, timeout_s):
-        ends = [self.live[r][1] for r in refs]
-        nxt = min([*ends, self.clock.t + timeout_s, *(j.arrival_s for j in self.pending[:1])])
+        polls = [t for t in self.observe_at if t >= self.clock.t]
+        nxt = min([*map(self._end, refs), *polls, self.clock.t + timeout_s, *(j.arrival_s for j in self.pending[:1])])
+        self.observe_at = {t for t in self.observe_at if t > nxt}
         self.clock.t = nxt
         self.arrive()
-        return [r for r in refs if self.live[r][1] <= nxt]
+        return [r for r in refs if self._end(r) <= nxt]
 
     def get(self, ref):
-        del self.live[ref]
+        if self.pipelines.pop(ref, None) is None:
+            del self.live[ref]
         return ref
 
     def kill(self, attempts, *, wait=True):
@@ -101,13 +154,14 @@ def _real(jobs, policy, preemption):
     return sched, {r.job.job_id: r for r in (sched.record(j) for j in backend.jobs)}
 
 
-@pytest.mark.parametrize("policy, preemption", [("fifo", "never"), ("tiresias", "eager"), ("tiresias", "lazy"),
-                                                ("rltune", "never")])
+@pytest.mark.parametrize("policy, preemption, elastic", [
+    ("fifo", "never", False), ("tiresias", "eager", False), ("tiresias", "lazy", False), ("rltune", "never", False),
+    ("fifo", "eager", True), ("tiresias", "lazy", True), ("rltune", "lazy", True)])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_simulator_and_scheduler_make_the_same_decisions(policy, preemption, seed):
+def test_simulator_and_scheduler_make_the_same_decisions(policy, preemption, elastic, seed):
     from trident.sched.base import JOB_POLICIES, PREEMPTORS
 
-    jobs = _trace(seed)
+    jobs = _trace(seed, elastic=elastic)
     sim = Simulator(nodes=NODES, policy=JOB_POLICIES.create(policy), placer=_placer(),
                     preemptor=PREEMPTORS.create(preemption), config=EngineConfig(
                         seed=0, setup=SetupModel(kind="none"), restore_s=0.0, tick_s=300.0))
@@ -126,6 +180,8 @@ def test_simulator_and_scheduler_make_the_same_decisions(policy, preemption, see
         assert r.preemptions == res.preemptions[i], jid
     if preemption != "never":
         assert len(res.decisions) > 0  # the trace exercises the preemption path
+    if elastic:  # the trace exercises lending to pipelines
+        assert any(e.startswith("grown") for r in records.values() for _, e in r.events)
     assert math.isfinite(max(r.finished_at for r in records.values()))
 
 

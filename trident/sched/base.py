@@ -44,7 +44,12 @@ class Job:
     fraction of one device (0 < g < 1) or a whole number of devices. ``gpu_models``
     lists the models the job may run on (empty = any). ``setup_s`` is the time a
     (re)start spends before the job makes progress (loading, initialisation); ``None``
-    lets the simulator draw it from its setup distribution.
+    lets the simulator draw it from its setup distribution. ``max_gpus`` makes the job
+    *elastic* (a pipeline): it holds ``num_gpus`` (its minimum) and may be lent whole
+    GPUs up to ``max_gpus`` (a whole number >= ``num_gpus``); its ``duration_s`` is then
+    its run time at ``max_gpus`` (``None``: a rigid job). ``parallel_fraction`` (p) is the
+    share of that run time its GPUs divide (Amdahl): at g GPUs an elastic job runs
+    ``duration_s * ((1 - p) + p * max_gpus / g)``; 1.0: in proportion to its GPUs.
     """
 
     job_id: str
@@ -61,6 +66,8 @@ class Job:
     status: str = ""
     speed_by_model: Mapping[str, float] = field(default_factory=dict)
     setup_s: float | None = None
+    max_gpus: float | None = None
+    parallel_fraction: float = 1.0
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.arrival_s) and self.arrival_s >= 0):
@@ -74,6 +81,11 @@ class Job:
             raise ConfigError(f"{self.job_id}.cpus/memory_mib", (self.cpus, self.memory_mib), "numbers >= 0")
         if self.setup_s is not None and not (math.isfinite(self.setup_s) and self.setup_s >= 0):
             raise ConfigError(f"{self.job_id}.setup_s", self.setup_s, "None or a finite number >= 0")
+        if self.max_gpus is not None and not (math.isfinite(self.max_gpus) and self.max_gpus >= g
+                                              and float(self.max_gpus).is_integer()):
+            raise ConfigError(f"{self.job_id}.max_gpus", self.max_gpus, f"None or a whole number >= num_gpus ({g})")
+        if not 0 < self.parallel_fraction <= 1:
+            raise ConfigError(f"{self.job_id}.parallel_fraction", self.parallel_fraction, "a number in (0, 1]")
         for m, s in self.speed_by_model.items():
             if not s > 0:
                 raise ConfigError(f"{self.job_id}.speed_by_model[{m!r}]", s, "a number > 0")
@@ -83,6 +95,11 @@ class Job:
 
     gpu_milli: int = field(init=False, repr=False)
     """Requested GPUs in thousandths of a device (derived from ``num_gpus``)."""
+
+    @property
+    def elastic(self) -> bool:
+        """Is this job elastic (held at ``num_gpus``, lent up to ``max_gpus``)?"""
+        return self.max_gpus is not None
 
     def allows(self, gpu_model: str) -> bool:
         """May this job run on ``gpu_model``?"""

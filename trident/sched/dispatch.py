@@ -19,7 +19,9 @@ holds above that (:meth:`PassHost.releasable`); under a non-preemptive policy th
 queued jobs it did not rank (it chose to wait) may still take back what pipelines were
 lent. All must answer ``PREEMPT_NOW``; a ``DO_NOT`` is not asked again
 until the running set changes or a job arrives (:meth:`SchedulingPass.note_change`);
-a ``DELAY_UNTIL`` asks the host for a pass at the earliest time given.
+a ``DELAY_UNTIL`` asks the host for a pass at the earliest time given. Lending to
+elastic jobs is the drivers' own, after a pass that leaves no job queued
+(:func:`trident.sched.pipelines.lend`).
 """
 from __future__ import annotations
 
@@ -111,6 +113,10 @@ class SchedulingPass:
         self._epoch = 0
         self._refused: dict[str, int] = {}
 
+    def may_evict(self, host: PassHost) -> bool:
+        """Can a pass evict anything now (so that every arrival is worth a pass)?"""
+        return self.preemptive or (self.shrinks and any(host.is_elastic(j) for j in host.running))
+
     def note_change(self) -> None:
         """Tell the pass the running set changed or a job arrived (refusals are asked again)."""
         self._epoch += 1
@@ -156,7 +162,7 @@ class SchedulingPass:
                     continue
             if failures >= cfg.max_scan_failures:
                 break
-        if self.shrinks and not self.preemptive and any(host.is_elastic(j) for j in host.running):
+        if not self.preemptive and self.may_evict(host):
             # GPUs lent to pipelines go back to waiting jobs the policy did not rank (it waits).
             for jid in [j for j in host.queue if j not in rank]:
                 if checks >= cfg.max_preempt_checks:

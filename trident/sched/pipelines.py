@@ -8,7 +8,8 @@ nobody waits; the lent GPUs are the pipeline's *GPU budget*
 pipeline shrinks it back to its minimum by draining actor pools (no row lost); the
 scheduler grows it again when GPUs are free. Its setup is observed: it is "setting up"
 while any of its GPU actors is starting (``Run.cold_starting``), and the cost of a
-shrink is the re-warm of drained actors (``Run.rewarm_s``).
+shrink is the re-warm of drained actors (``Run.rewarm_s``). :func:`lend` is the lending
+rule, shared by the scheduler and the simulator.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from trident.sched.base import MILLI_PER_GPU, Allocation
+from trident.sched.base import MILLI_PER_GPU, Allocation, Job
 from trident.sched.capacity import Cluster
 
 
@@ -81,3 +82,23 @@ def combine(base: Allocation, extra: Allocation | None) -> Allocation:
     node_ids = base.node_ids + tuple(n for n in extra.node_ids if n not in base.node_ids)
     return Allocation(gpu_model=base.gpu_model, devices=base.devices + extra.devices, node_ids=node_ids,
                       reason=base.reason)
+
+
+def held_gpus(job: Job, extra: Allocation | None) -> float:
+    """GPUs a running elastic job holds: its minimum plus ``extra``, what it was lent."""
+    return job.num_gpus + (extra.gpu_milli / MILLI_PER_GPU if extra is not None else 0.0)
+
+
+def lend(capacity: Cluster, job: Job, base: Allocation, extra: Allocation | None) -> Allocation | None:
+    """Lend a running elastic ``job`` (on ``base``, lent ``extra`` so far) the wholly free GPUs of
+    its model it may still take (up to ``job.max_gpus``, on its nodes first): books them on
+    ``capacity`` and returns ``extra`` grown by them, or ``None`` when it takes none."""
+    model = base.gpu_model
+    want = int(job.max_gpus - held_gpus(job, extra))
+    more = free_devices(capacity, model, min(int(capacity.free_full_gpus(model).sum()), want),
+                        prefer=base.node_ids)
+    if more is None:
+        return None
+    capacity.allocate(job, more)
+    return more if extra is None else Allocation(gpu_model=model, devices=extra.devices + more.devices,
+                                                 node_ids=combine(extra, more).node_ids, reason=more.reason)

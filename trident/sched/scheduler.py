@@ -36,7 +36,7 @@ from trident.sched.base import (JOB_POLICIES, PLACERS, PREEMPTORS, Allocation, E
 from trident.sched.capacity import Cluster
 from trident.sched.cluster_view import rebuild
 from trident.sched.dispatch import Decision, PassConfig, SchedulingPass
-from trident.sched.pipelines import PipelineRun, combine, free_devices
+from trident.sched.pipelines import PipelineRun, combine, held_gpus, lend
 from trident.sched.ray_backend import Attempt, is_trainable
 
 _PREEMPTION = ("never", "eager", "lazy")
@@ -92,8 +92,6 @@ class JobRecord:
     observed_setup_s: list[float] = field(default_factory=list)
     checkpoint: Any = None
     checkpoints: int = 0
-    max_gpus: float | None = None
-    """A pipeline's most GPUs (``None`` for a job); its minimum is ``job.num_gpus``."""
     autoscale: dict | None = None
     pipeline: PipelineRun | None = None
     autoscale_run: Any = None
@@ -115,9 +113,14 @@ class JobRecord:
         return self.attempt.ref if self.attempt is not None else None
 
     @property
+    def max_gpus(self) -> float | None:
+        """A pipeline's most GPUs (``None`` for a job); its minimum is ``job.num_gpus``."""
+        return self.job.max_gpus
+
+    @property
     def budget_gpus(self) -> float:
         """GPUs a running pipeline may hold now (its minimum plus what is lent)."""
-        return self.job.num_gpus + (self.extra.gpu_milli / 1000 if self.extra is not None else 0.0)
+        return held_gpus(self.job, self.extra)
 
 
 class JobScheduler:
@@ -220,12 +223,13 @@ class JobScheduler:
         waits). Preempting it shrinks it to ``min_gpus``; it grows back when GPUs are free."""
         if not (isinstance(max_gpus, (int, float)) and max_gpus >= min_gpus and float(max_gpus).is_integer()):
             raise ConfigError("max_gpus", max_gpus, f"a whole number of GPUs >= min_gpus ({min_gpus})")
-        job_id = self.submit(fn, *args, num_gpus=min_gpus, name=name, gpu_models=gpu_models, priority=priority,
-                             setup_s=setup_s, expected_duration_s=expected_duration_s, **kwargs)
-        with self._lock:
+        with self._lock:  # held until the job is elastic: no pass starts it as a plain job
+            job_id = self.submit(fn, *args, num_gpus=min_gpus, name=name, gpu_models=gpu_models, priority=priority,
+                                 setup_s=setup_s, expected_duration_s=expected_duration_s, **kwargs)
             r = self._records[job_id]
-            r.max_gpus = float(max_gpus)
+            r.job = replace(r.job, max_gpus=float(max_gpus))
             r.autoscale = dict(autoscale or {})
+            self._enqueue(r)
         return job_id
 
     def cancel(self, job_id: str) -> bool:
@@ -371,8 +375,7 @@ class JobScheduler:
 
     def _may_evict(self) -> bool:
         """Can a pass evict anything (so that every arrival is worth a pass)?"""
-        return self._pass.preemptive or (self._pass.shrinks and any(r.max_gpus is not None
-                                                                    for r in self.running_records()))
+        return self._pass.may_evict(self)
 
     # --- pipelines -----------------------------------------------------------------
     def _shrink(self, r: JobRecord, now: float, reason: str) -> None:
@@ -391,18 +394,11 @@ class JobScheduler:
         if self.queue:
             return
         for r in self.running_records():
-            if r.max_gpus is None or r.base_allocation is None or r.budget_gpus >= r.max_gpus:
+            extra = None if r.max_gpus is None or r.base_allocation is None else lend(
+                self._cluster, r.job, r.base_allocation, r.extra)
+            if extra is None:
                 continue
-            model = r.base_allocation.gpu_model
-            free = int(self._cluster.free_full_gpus(model).sum())
-            more = free_devices(self._cluster, model, min(free, int(r.max_gpus - r.budget_gpus)),
-                                prefer=r.base_allocation.node_ids)
-            if more is None:
-                continue
-            self._cluster.allocate(r.job, more)
-            r.extra = more if r.extra is None else Allocation(
-                gpu_model=model, devices=r.extra.devices + more.devices,
-                node_ids=combine(r.extra, more).node_ids, reason=more.reason)
+            r.extra = extra
             r.allocation = combine(r.base_allocation, r.extra)
             r.pipeline.set_budget(r.budget_gpus)
             r.events.append((now, f"grown to {r.budget_gpus:g} GPU(s): free GPUs and no job waiting"))

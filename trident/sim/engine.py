@@ -10,7 +10,18 @@ Each (re)start of a job first spends its setup time holding its GPUs without
 progress; a restart after a preemption adds ``restore_s``. A preemption during
 setup is *futile*: the setup is lost. Progress made after setup is checkpointed
 at preemption and kept. Per-job wasted GPU-time = GPU-time spent in setup and
-restore beyond the one setup the job needs anyway.
+restore beyond the one setup the job needs anyway (an elastic job: at its maximum).
+
+An elastic job (``Job.max_gpus``, a pipeline) is treated as ``JobScheduler`` treats a
+pipeline: it starts on its minimum, is lent free whole GPUs of its model up to its
+maximum after a pass that leaves no job queued (:func:`trident.sched.pipelines.lend`),
+and evicting it shrinks it to its minimum (it keeps running, nothing is lost). Its
+progress rate follows its warm GPUs (:mod:`trident.sim.progress`): ``duration_s`` is its
+run time at ``max_gpus``; at g warm GPUs it progresses at g / ``max_gpus`` of that rate
+(less of a slow-down when its ``parallel_fraction`` is below 1: Amdahl). Lent GPUs are warm
+``setup_s`` after they are lent (their actors start), so a shrink costs a re-warm when it
+grows back, and the job is setting up (for preemptors) until then. Remaining work is
+integrated at each resize and its end rescheduled.
 
 Deterministic: one seed fixes the setup times drawn and the policy's RNG.
 """
@@ -28,6 +39,8 @@ from trident.sched.base import (Allocation, ArrivalPredictor, EwmaArrivalPredict
                                 Node, Placer, Preemptor, Verdict)
 from trident.sched.capacity import Cluster
 from trident.sched.dispatch import PassConfig, SchedulingPass
+from trident.sched.pipelines import combine, held_gpus, lend
+from trident.sim.progress import finish_s, work_done
 
 _QUEUED, _RUNNING, _DONE = 0, 1, 2
 _FINISH, _WAKE, _TICK = 0, 1, 2
@@ -121,7 +134,7 @@ class SimResult:
 class _Run:
     __slots__ = ("job", "setup_s", "remaining", "state", "enqueued_at", "wait", "attained", "start_at",
                  "setup_end", "alloc", "speed", "preemptions", "futile", "setup_gpu_s", "first_start",
-                 "finish", "version", "view", "shape")
+                 "finish", "version", "view", "shape", "width", "groups", "progress_at", "base", "extra")
 
     def __init__(self, job: Job, setup_s: float) -> None:
         self.job = job
@@ -143,21 +156,32 @@ class _Run:
         self.version = 0
         self.view: JobView | None = None
         self.shape = (job.gpu_models, job.gpu_milli, job.cpus, job.memory_mib)
+        self.width = job.max_gpus if job.elastic else job.num_gpus
+        """GPUs ``duration_s`` is measured at."""
+        self.groups: list[tuple[float, float]] = []
+        """(warm from s, GPUs) of what it holds (see :mod:`trident.sim.progress`)."""
+        self.progress_at = math.nan
+        """``remaining`` is as of this time (s)."""
+        self.base: Allocation | None = None
+        self.extra: Allocation | None = None
+        """An elastic job's minimum and what it was lent above it."""
 
 
 class _Host:
     """The simulator's state as a :class:`~trident.sched.dispatch.PassHost`."""
 
-    __slots__ = ("capacity", "queue", "running", "start", "evict")
+    __slots__ = ("capacity", "queue", "running", "start", "evict", "runs")
 
-    def __init__(self, capacity, queue, running, start, evict) -> None:
+    def __init__(self, capacity, queue, running, start, evict, runs) -> None:
         self.capacity, self.queue, self.running, self.start, self.evict = capacity, queue, running, start, evict
+        self.runs = runs
 
     def releasable(self, view: JobView) -> Allocation | None:
-        return view.allocation
+        r = self.runs[view.job_id]
+        return r.extra if r.job.elastic else view.allocation
 
     def is_elastic(self, job_id: str) -> bool:
-        return False
+        return self.runs[job_id].job.elastic
 
 
 class Simulator:
@@ -184,10 +208,12 @@ class Simulator:
                        remaining_base_s=r.remaining if self._oracle else None)
 
     def _running_view(self, r: _Run) -> JobView:
+        # The oracle's remaining time: exact as of the last resize, then falling at full width.
+        remaining = r.remaining + max(0.0, r.progress_at - r.setup_end) * r.speed
         return JobView(job=r.job, running=True, as_of_s=r.start_at, wait_base_s=r.wait,
                        attained_base_s=r.attained, setup_ends_s=r.setup_end, expected_setup_s=r.setup_s,
                        preemptions=r.preemptions, allocation=r.alloc, speed=r.speed,
-                       remaining_base_s=r.remaining if self._oracle else None)
+                       remaining_base_s=remaining if self._oracle else None)
 
     # --- the run -------------------------------------------------------------------
     def run(self, jobs: Sequence[Job], *, progress: Callable[[int, int], None] | None = None) -> SimResult:
@@ -238,40 +264,90 @@ class Simulator:
             seq += 1
             heapq.heappush(heap, (t, seq, kind, idx, version))
 
+        def replan(r: _Run) -> None:
+            r.version += 1
+            push(finish_s(r.groups, r.speed, r.width, r.progress_at, r.remaining, r.job.parallel_fraction),
+                 _FINISH, id(r), r.version)
+
+        def advance(r: _Run, now: float) -> None:
+            done = work_done(r.groups, r.speed, r.width, r.progress_at, now, r.job.parallel_fraction)
+            r.remaining = max(1e-6, r.remaining - done)
+            r.progress_at = now
+
         def start(job_id: str, alloc: Allocation, now: float) -> None:
             r = by_id[job_id]
             cluster.allocate(r.job, alloc)
             r.state = _RUNNING
-            r.alloc = alloc
+            r.alloc = r.base = alloc
             r.speed = r.job.speed_on(alloc.gpu_model)
             r.wait += now - r.enqueued_at
-            r.start_at = now
+            r.start_at = r.progress_at = now
             restore = cfg.restore_s if r.remaining < r.job.duration_s else 0.0
             r.setup_end = now + r.setup_s + restore
+            r.groups = [(r.setup_end, r.job.num_gpus)]
             if math.isnan(r.first_start):
                 r.first_start = now
-            r.version += 1
-            push(r.setup_end + r.remaining / r.speed, _FINISH, id(r), r.version)
+            replan(r)
             del queue[job_id]
             running_runs[job_id] = r
             r.view = running[job_id] = self._running_view(r)
 
+        def unlend(r: _Run, now: float) -> None:
+            """Drop the lent GPUs' groups; warm-up they had not finished by ``now`` is no setup time."""
+            r.setup_gpu_s -= sum(max(0.0, w - now) * g for w, g in r.groups[1:])
+            r.groups = r.groups[:1]
+
         def stop(r: _Run, now: float) -> None:
             g = r.job.num_gpus
-            r.setup_gpu_s += (min(now, r.setup_end) - r.start_at) * g
+            r.setup_gpu_s += (min(now, r.groups[0][0]) - r.start_at) * g
+            unlend(r, now)
             r.attained += now - r.start_at
             cluster.release(r.job, r.alloc)
             r.version += 1
             del running[r.job.job_id]
             del running_runs[r.job.job_id]
 
+        def resized(r: _Run) -> None:
+            replan(r)
+            r.view = running[r.job.job_id] = self._running_view(r)
+            sched.note_change()
+
+        def shrink(r: _Run, now: float) -> None:
+            """Evicting an elastic job: it gives back what it was lent and keeps running."""
+            advance(r, now)
+            cluster.release(r.job, r.extra)
+            unlend(r, now)
+            r.setup_end = max(r.groups[0][0], min(r.setup_end, now))
+            r.alloc, r.extra = r.base, None
+            r.preemptions += 1
+            resized(r)
+
+        def grow(now: float) -> None:
+            """Lend free whole GPUs to running elastic jobs below their maximum, while no job waits."""
+            if queue:
+                return
+            for r in [running_runs[j] for j in running if running_runs[j].job.elastic]:
+                extra = lend(cluster, r.job, r.base, r.extra)
+                if extra is None:
+                    continue
+                advance(r, now)
+                g = held_gpus(r.job, extra) - held_gpus(r.job, r.extra)
+                r.alloc, r.extra = combine(r.base, extra), extra
+                r.setup_end = now + r.setup_s
+                r.groups.append((r.setup_end, g))
+                r.setup_gpu_s += r.setup_s * g
+                resized(r)
+
         def evict(job_ids: Sequence[str], now: float, reason: str) -> None:
             for job_id in job_ids:
                 r = by_id[job_id]
                 if now < r.setup_end:
                     r.futile += 1
-                else:
-                    r.remaining = max(1e-6, r.remaining - (now - r.setup_end) * r.speed)
+                if r.job.elastic:
+                    shrink(r, now)
+                    continue
+                if now >= r.setup_end:
+                    advance(r, now)
                 stop(r, now)
                 r.preemptions += 1
                 r.state = _QUEUED
@@ -279,7 +355,8 @@ class Simulator:
                 r.enqueued_at = now
                 r.view = queue[job_id] = self._queued_view(r)
 
-        host = _Host(cluster, queue, running, start, evict)
+        host = _Host(cluster, queue, running, start, evict, by_id)
+        elastic = any(r.job.elastic for r in runs)  # else nothing is lent, no arrival may shrink a job
 
         def schedule(now: float) -> None:
             nonlocal passes
@@ -311,7 +388,8 @@ class Simulator:
                 self.predictor.observe(r.job.arrival_s)
                 nxt += 1
                 sched.note_change()
-                worth_a_pass = worth_a_pass or preemptive or cluster.may_fit(r.job)
+                worth_a_pass = (worth_a_pass or (sched.may_evict(host) if elastic else preemptive)
+                                or cluster.may_fit(r.job))
             while heap and heap[0][0] <= now:
                 _, _, kind, key, version = heapq.heappop(heap)
                 if kind == _FINISH:
@@ -333,6 +411,8 @@ class Simulator:
                     tick_pending = False
             if worth_a_pass:
                 schedule(now)
+                if elastic:
+                    grow(now)
             if preemptive and cfg.tick_s is not None and not tick_pending and (queue and running):
                 tick_pending = True
                 push(now + cfg.tick_s, _TICK, 0, 0)
@@ -351,7 +431,7 @@ class Simulator:
 
         num_gpus = np.array([r.job.num_gpus for r in runs], dtype=float)
         setup_gpu = arr("setup_gpu_s")
-        needed = np.array([r.setup_s for r in runs]) * num_gpus
+        needed = np.array([r.setup_s * r.width for r in runs])
         return SimResult(
             policy=getattr(self.policy, "name", type(self.policy).__name__),
             placer=getattr(self.placer, "name", type(self.placer).__name__),
