@@ -255,7 +255,8 @@ def run_sim(name: str, calib: dict | None) -> dict:
     """The contender in the simulator, on the observed setups and durations of ``calib`` (the
     declared ones when ``None``). A pipeline is an elastic job between :func:`min_gpus` and its
     maximum; its parallel fraction is the cost curve's share of its run time at its maximum
-    (1 on the declared figures, where the curve is its run time)."""
+    (1 on the declared figures, where the curve is its run time). A training job restarts from
+    zero when preempted unless it is trident's (a trainable that checkpoints)."""
     from trident.sched.base import Job, Node
     from trident.sched.placement import FirstFitPlacer
     from trident.sim.engine import EngineConfig, SetupModel, Simulator
@@ -279,8 +280,8 @@ def run_sim(name: str, calib: dict | None) -> dict:
         if a.rows:  # elastic, as run_real submits it; the cost curve's GPU time is what its GPUs divide
             shape = dict(num_gpus=min_gpus(name, a), max_gpus=a.gpus, gpu_models=("B",),
                          parallel_fraction=min(1.0, pipeline_seconds(a.rows, a.gpus) / run_s))
-        else:
-            shape = dict(num_gpus=a.gpus)
+        else:  # trident's training jobs checkpoint; the others' are Ray tasks, killed and restarted from zero
+            shape = dict(num_gpus=a.gpus, checkpoints=name == "trident")
         jobs.append(Job(job_id=a.name, arrival_s=a.at_s, duration_s=run_s, setup_s=setup_s, **shape))
     res = Simulator(nodes=nodes, policy=policy, placer=FirstFitPlacer(), preemptor=preemptor,
                     config=EngineConfig(setup=SetupModel(kind="none"), restore_s=30 * SCALE, tick_s=300 * SCALE)

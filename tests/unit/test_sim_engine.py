@@ -86,11 +86,11 @@ def test_job_that_can_never_fit_is_reported_not_replayed():
     assert r.job_ids == ("ok",)
 
 
-def _preemption_case(verdict, delay_s=0.0, setup_s=0.0):
+def _preemption_case(verdict, delay_s=0.0, setup_s=0.0, checkpoints=True):
     nodes = [Node(node_id="n0", gpu_model="A", num_gpus=1)]
     cfg = EngineConfig(setup=SetupModel(kind="fixed", median_s=setup_s) if setup_s else SetupModel(kind="none"),
                        restore_s=20.0, tick_s=None)
-    jobs = [Job(job_id="long", arrival_s=0.0, duration_s=1000.0, num_gpus=1.0),
+    jobs = [Job(job_id="long", arrival_s=0.0, duration_s=1000.0, num_gpus=1.0, checkpoints=checkpoints),
             Job(job_id="short", arrival_s=100.0, duration_s=50.0, num_gpus=1.0)]
     return _sim(nodes, policy=SrtfPolicy(), preemptor=ScriptedPreemptor(verdict, delay_s), config=cfg).run(jobs)
 
@@ -104,6 +104,14 @@ def test_srtf_with_eager_preemption_evicts_the_long_job():
     assert m["preemptions"] == 1 and m["futile_preemptions"] == 0
     assert r.wasted_gpu_s[r.job_ids.index("long")] == pytest.approx(20.0)
     assert r.verdicts["preempt_now"] == 1
+
+
+def test_a_job_that_does_not_checkpoint_restarts_from_zero_and_its_progress_is_wasted():
+    r = _preemption_case(Verdict.PREEMPT_NOW, checkpoints=False)
+    # long: 100 s done and lost, waits 50 s, then all 1000 s again (nothing to restore)
+    assert r.finish_s[r.job_ids.index("long")] == pytest.approx(100 + 50 + 1000)
+    assert r.wasted_gpu_s[r.job_ids.index("long")] == pytest.approx(100.0)
+    assert summarize(r)["preemptions"] == 1
 
 
 def test_preempting_during_setup_is_futile_and_wastes_the_setup():

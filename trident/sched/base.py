@@ -68,6 +68,9 @@ class Job:
     setup_s: float | None = None
     max_gpus: float | None = None
     parallel_fraction: float = 1.0
+    checkpoints: bool = True
+    """Its progress survives a preemption (the simulator's default); ``False``: a preemption
+    restarts it from zero, as killing a Ray task does."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.arrival_s) and self.arrival_s >= 0):

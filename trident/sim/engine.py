@@ -9,8 +9,10 @@ on a Ray cluster too).
 Each (re)start of a job first spends its setup time holding its GPUs without
 progress; a restart after a preemption adds ``restore_s``. A preemption during
 setup is *futile*: the setup is lost. Progress made after setup is checkpointed
-at preemption and kept. Per-job wasted GPU-time = GPU-time spent in setup and
-restore beyond the one setup the job needs anyway (an elastic job: at its maximum).
+at preemption and kept, unless the job does not checkpoint (``Job.checkpoints``: a
+killed task), which restarts from zero. Per-job wasted GPU-time = GPU-time spent in
+setup and restore beyond the one setup the job needs anyway (an elastic job: at its
+maximum), plus the progress lost to restarts from zero.
 
 An elastic job (``Job.max_gpus``, a pipeline) is treated as ``JobScheduler`` treats a
 pipeline: it starts on its minimum, is lent free whole GPUs of its model up to its
@@ -134,7 +136,8 @@ class SimResult:
 class _Run:
     __slots__ = ("job", "setup_s", "remaining", "state", "enqueued_at", "wait", "attained", "start_at",
                  "setup_end", "alloc", "speed", "preemptions", "futile", "setup_gpu_s", "first_start",
-                 "finish", "version", "view", "shape", "width", "groups", "progress_at", "base", "extra")
+                 "finish", "version", "view", "shape", "width", "groups", "progress_at", "base", "extra",
+                 "lost_gpu_s")
 
     def __init__(self, job: Job, setup_s: float) -> None:
         self.job = job
@@ -151,6 +154,8 @@ class _Run:
         self.preemptions = 0
         self.futile = 0
         self.setup_gpu_s = 0.0
+        self.lost_gpu_s = 0.0
+        """GPU-seconds of progress lost to restarts from zero."""
         self.first_start = math.nan
         self.finish = math.nan
         self.version = 0
@@ -348,6 +353,9 @@ class Simulator:
                     continue
                 if now >= r.setup_end:
                     advance(r, now)
+                    if not r.job.checkpoints:  # killed: what it did is lost
+                        r.lost_gpu_s += (r.job.duration_s - r.remaining) / r.speed * r.job.num_gpus
+                        r.remaining = r.job.duration_s
                 stop(r, now)
                 r.preemptions += 1
                 r.state = _QUEUED
@@ -440,7 +448,7 @@ class Simulator:
             first_start_s=arr("first_start"), finish_s=arr("finish"), queued_s=arr("wait"),
             duration_s=np.array([r.job.duration_s for r in runs]), num_gpus=num_gpus,
             preemptions=arr("preemptions").astype(int), futile_preemptions=arr("futile").astype(int),
-            setup_gpu_s=setup_gpu, wasted_gpu_s=np.maximum(0.0, setup_gpu - needed),
+            setup_gpu_s=setup_gpu, wasted_gpu_s=np.maximum(0.0, setup_gpu - needed) + arr("lost_gpu_s"),
             timeline_s=np.array(timeline_t), used_gpus=np.array(timeline_used),
             total_gpus=sum(total_gpus.values()), unschedulable=tuple(unschedulable), verdicts=verdicts,
             decisions=tuple(decisions), passes=passes)

@@ -24,7 +24,7 @@ def summarize(result: SimResult) -> dict[str, float | int]:
     - bounded slowdown = mean of max(1, JCT / max(duration, 10 s)), duration on the reference GPU.
     - GPU utilisation = GPU-seconds held / (GPUs x makespan), makespan = last finish - first arrival.
     - wasted GPU-time % = setup and restore GPU-time beyond each job's one necessary setup,
-      over all GPU-time held.
+      plus progress lost to restarts from zero, over all GPU-time held.
     """
     n = len(result.job_ids)
     if n == 0:
