@@ -118,10 +118,18 @@ def remaining_rows(snap: Snapshot, tracks: dict[str, OperatorTrack]) -> float | 
     to pipeline rows through the selectivities up to it (a Write sink, which counts blocks, is
     left out)."""
     ops = [o for o in snap.operators if o.config.kind in ("task", "actor") and o.name in tracks and not is_sink(o)]
-    if snap.input_rows_total is None or not ops:
+    left = rows_left(snap, ops, selectivities(ops, tracks)) if ops else None
+    return None if left is None else max(max(left), 0.0)
+
+
+def rows_left(snap: Snapshot, ops: list[OperatorSnapshot], sels: list[float]) -> list[float] | None:
+    """Pipeline rows each of ``ops`` (in order, with their selectivities) has still to put out:
+    the pipeline's rows less its rows out counted back through the selectivities up to it;
+    ``None`` when the pipeline's rows are not known."""
+    if snap.input_rows_total is None:
         return None
-    f, done = 1.0, []
-    for o, sel in zip(ops, selectivities(ops, tracks)):
+    f, left = 1.0, []
+    for o, sel in zip(ops, sels):
         f *= sel
-        done.append(o.rows_out_total / f)
-    return max(snap.input_rows_total - min(done), 0.0)
+        left.append(snap.input_rows_total - o.rows_out_total / f)
+    return left

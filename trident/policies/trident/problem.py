@@ -158,13 +158,10 @@ def work_left(snap: Snapshot, ops: list[OperatorSnapshot], sels: list[float], *,
     left beyond those of the operator before it) lasts longer than its cold start at its
     ``capacity`` (input rows/s): a new replica would come up when the queue is gone (near the end
     of a run a queue of a few blocks is a large share of the work left)."""
-    if snap.input_rows_total is None:
+    left = estimates.rows_left(snap, ops, sels)
+    if left is None:
         return None
-    f, factors, left = 1.0, [], []
-    for o, sel in zip(ops, sels):
-        factors.append(f)
-        f *= sel
-        left.append(snap.input_rows_total - o.rows_out_total / f)
+    factors = [math.prod(sels[:i]) for i in range(len(sels))]
     most = max(left)
     queue_s = [(rows - before) * factor / cap if cap > 0 else 0.0
                for rows, before, factor, cap in zip(left[1:], left, factors[1:], capacity[1:])]
