@@ -1168,3 +1168,31 @@ def test_a_plan_whose_rollout_does_not_pay_leaves_the_batch_size_search_free_to_
             assert "drain only" in " ".join(d.notes) and d.plan.targets[0].batch_size == 32, d
             break
     assert "tune" in kinds, kinds
+
+
+def test_a_pool_moved_to_a_type_it_never_ran_on_gets_partners_sized_for_its_upside():
+    """Two-types' start: Detect measured on A and B (4x faster on B), Embed on B only. Embed goes
+    to A at its B rate (a prior); Detect, sized for that prior alone, would leave B's GPUs idle
+    until Embed is measured on A. Embed may be as much faster there as Detect was between the
+    types, so Detect takes the GPUs of B the plan leaves free."""
+    import numpy as np
+
+    from trident.plan.milp import solve_placement
+    from trident.policies.trident import problem
+    from trident.policies.trident.tracking import Observer
+
+    settings = TridentSettings()
+    observer = Observer(settings=settings, rng=np.random.default_rng(0), seed=0)
+    for k in range(30):
+        snap = _typed_snapshot(k, embed_types=("B",))
+        for o in snap.operators:
+            observer.observe(o, snap.time_s)
+    ops = problem.plannable(snap)
+    planning = problem.build(snap, ops, observer.tracks, settings, None)
+    assert planning.problem is not None, planning.why
+    embed = next(sp for sp in planning.problem.operators if sp.name == "embed")
+    assert 3.0 <= embed.option("A").upside <= 5.0 and embed.option("B").upside == 1.0
+    result = solve_placement(planning.problem)
+    assert result.allocation.by_device("embed") == {"A": 4}
+    assert result.allocation.by_device("detect") == {"B": 4}, result.allocation.describe()
+    assert any("headroom" in n for n in result.notes), result.notes

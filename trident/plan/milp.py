@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from trident.plan.device_choices import DeviceChoices
+from trident.plan.headroom import with_headroom
 from trident.plan.placement import (
     TOL,
     Allocation,
@@ -42,8 +43,11 @@ def solve_placement(problem: PlacementProblem, *, solver: str | None = None) -> 
     cur = problem.current
     cur_bad = violations(problem, cur) if cur is not None else ["no current plan"]
     cur_t = throughput_of(problem, cur) if cur is not None else None
+    notes: list[str] = []
     try:
         found, status, note = _solve_aggregated(problem, name)
+        if found is not None and not violations(problem, found):
+            found, notes = with_headroom(problem, found)
         if found is not None and problem.bin_packing:
             found, status, note = _place_on_nodes(problem, found, status, name)
     except Exception as exc:  # a solver crash must never reach the caller
@@ -68,7 +72,7 @@ def solve_placement(problem: PlacementProblem, *, solver: str | None = None) -> 
     return PlacementResult(
         allocation=found, throughput_rows_per_s=new_t, current_throughput_rows_per_s=cur_t, changed=True,
         status=status, solver=name, reason=f"{why} ({status}, {name}{'; ' + note if note else ''})",
-        objective=objective_of(problem, found),
+        objective=objective_of(problem, found), notes=tuple(notes),
     )
 
 

@@ -57,10 +57,15 @@ class DeviceOption:
     cpus: float = 1.0
     gpus: float = 0.0
     memory_bytes: int = 0
+    upside: float = 1.0
+    """How many times ``rate_rows_per_s`` the rate may turn out to be: above 1 for a prior (the
+    operator never ran on this device); :mod:`trident.plan.headroom` sizes the others for it."""
 
     def __post_init__(self) -> None:
         if self.rate_rows_per_s < 0 or not math.isfinite(self.rate_rows_per_s):
             raise ConfigError(f"{self.device}.rate_rows_per_s", self.rate_rows_per_s, "a finite number >= 0")
+        if not (self.upside >= 1 and math.isfinite(self.upside)):
+            raise ConfigError(f"{self.device}.upside", self.upside, "a finite number >= 1")
         if self.cpus < 0 or self.gpus < 0 or self.memory_bytes < 0:
             raise ConfigError(f"{self.device}.cpus/gpus/memory_bytes", (self.cpus, self.gpus, self.memory_bytes),
                               "non-negative numbers")

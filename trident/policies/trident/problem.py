@@ -61,6 +61,9 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
     # ... and only where some pool is materially faster on one type than another: between
     # types of equal speed a per-type plan only pins pools where the noise put them
     differs = any(len(r) >= 2 and max(r.values()) >= TYPE_SPEEDUP * min(r.values()) for r in seen.values())
+    # a pool may be as much faster on a type it never ran on as any pool was between two types
+    upside = max((max(r.values()) / min(r.values()) for r in seen.values() if len(r) >= 2 and min(r.values()) > 0),
+                 default=1.0)
     per_type = bool(typed) and all(o.config.accelerator_type in typed
                                    or (differs and seen.get(o.name)
                                        and {u.accelerator_type for u in o.by_type if u.actors} <= set(seen[o.name]))
@@ -112,14 +115,14 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
                                     cpus=o.config.num_cpus, gpus=o.config.num_gpus, memory_bytes=int(heap))
                        for t, r in sorted(seen[o.name].items())]
             if rate_out is not None:
-                options += unmeasured_options(options, typed)
+                options += unmeasured_options(options, typed, upside)
             current.update({(o.name, t, t): n for t, n in _split(o, replicas, seen[o.name]).items()})
         else:
             options = [DeviceOption(device=device, rate_rows_per_s=rate_in, cpus=o.config.num_cpus,
                                     gpus=o.config.num_gpus, memory_bytes=int(heap))]
             if per_type and device != CPU and rate_out is not None:
                 options += _typed_options(tr, o, key, typed, device, sels[i], settings)
-                options += unmeasured_options(options, typed)
+                options += unmeasured_options(options, typed, upside)
             current[(o.name, device, CPU if device == CPU else device)] = replicas
         specs.append(OperatorSpec(name=o.name, options=tuple(options), selectivity=sels[i],
                                   min_replicas=lo, max_replicas=hi,
@@ -220,9 +223,12 @@ def _typed_options(tr: OperatorTrack, o: OperatorSnapshot, key: ConfigKey, typed
     return out
 
 
-def unmeasured_options(options: list[DeviceOption], typed: dict[str, float]) -> list[DeviceOption]:
+def unmeasured_options(options: list[DeviceOption], typed: dict[str, float],
+                       upside: float = 1.0) -> list[DeviceOption]:
     """An option on each accelerator type a GPU pool was not measured on, at its slowest measured
-    rate (a neutral prior: user code names no type, so nothing says it is slower there). Without
+    rate (a neutral prior: user code names no type, so nothing says it is slower there), with
+    ``upside`` (the largest speed difference between types measured on any pool: the plan keeps
+    headroom around it, :mod:`trident.plan.headroom`). Without
     it a pool whose actors all landed on one type could never be planned onto another: on the
     two-types scenario Embed ran only on B and Detect, 4x faster on B, was pinned there too; the
     plan then held both on B's four GPU slots, with A's four idle, for 440 s (0.44x Ray). Once
@@ -231,7 +237,7 @@ def unmeasured_options(options: list[DeviceOption], typed: dict[str, float]) -> 
     if not options or CPU in have or ANY_GPU in have:
         return []
     slowest = min(options, key=lambda o: o.rate_rows_per_s)
-    return [replace(slowest, device=t) for t in typed if t not in have]
+    return [replace(slowest, device=t, upside=max(upside, 1.0)) for t in typed if t not in have]
 
 
 def bound_held(specs: list[OperatorSpec], factors: list[float], *, slots: float) -> list[OperatorSpec]:
