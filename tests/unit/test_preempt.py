@@ -159,3 +159,29 @@ def test_lazy_replay_has_no_futile_preemption_where_eager_has_some():
     assert out["eager"]["futile_preemptions"] > 0
     assert out["lazy"]["futile_preemptions"] == 0
     assert out["lazy"]["wasted_gpu_pct"] < out["eager"]["wasted_gpu_pct"]
+
+
+def test_a_shrink_counts_the_stretch_of_the_elastic_victims_run():
+    """A pipeline held at 4 GPUs (its minimum 1) is shrunk, not stopped: it runs on, 4x slower.
+    The same victim as a rigid job is evicted (its swap costs its setup alone); shrunk, the
+    stretch of its predicted remaining run outweighs the blocked job's wait."""
+    prior = RuntimePrior(points_s=tuple(float(x) for x in np.linspace(100, 4000, 400)))
+    lazy = LazyPreemptor(prior=prior, max_waste_fraction=1.0, default_setup_s=10.0, checkpoint_restore_s=0.0)
+    alloc = Allocation("A", tuple((0, d, 1000) for d in range(4)), ("n0",))
+
+    def victim(job):
+        return JobView(job=job, running=True, as_of_s=0.0, wait_base_s=0.0, attained_base_s=0.0, setup_ends_s=10.0,
+                       expected_setup_s=10.0, allocation=alloc)
+
+    rigid = victim(Job("v", 0.0, 1e5, 4.0))
+    elastic = victim(Job("v", 0.0, 1e5, 1.0, max_gpus=4.0))
+    b, now = _queued("b", gpus=1.0, setup=10.0), 300.0
+    st = _state(now, [rigid], [b])
+    assert lazy.shrink_stretch_s(rigid, now) == 0.0
+    remaining = lazy.predicted_remaining_s(elastic, now)
+    assert lazy.shrink_stretch_s(elastic, now) == pytest.approx(3 * remaining)
+    assert lazy.decide(blocked=b, victim=rigid, state=st, predictor=_predictor(1e6)).verdict is Verdict.PREEMPT_NOW
+    shrink = lazy.decide(blocked=b, victim=elastic, state=st, predictor=_predictor(1e6))
+    assert shrink.verdict is Verdict.DELAY_UNTIL and "stretches its run" in shrink.reason, shrink.reason
+    half = victim(Job("v", 0.0, 1e5, 1.0, max_gpus=4.0, parallel_fraction=0.5))  # half its work divides over GPUs
+    assert lazy.shrink_stretch_s(half, now) == pytest.approx(remaining * (2.5 / 1.0 - 1.0))

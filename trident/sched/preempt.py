@@ -22,7 +22,12 @@
     arrival pressure ``1 + (newcomer setup + checkpoint/restore) / predicted next
     arrival interval``: when jobs arrive faster than a swap's overhead, the GPU
     time it wastes delays them too. Evict when the gain exceeds the cost, else
-    delay and ask again (the prediction grows with the victim's age).
+    delay and ask again (the prediction grows with the victim's age);
+  * an elastic victim (a pipeline) is shrunk, not stopped: it goes on at its
+    minimum, so its cost also counts the seconds its predicted remaining run
+    stretches by on fewer GPUs (in the real-cluster benchmark a shrink of a
+    pipeline from 4 GPUs to 1, counted as its 2 s re-warm alone, delayed it by
+    10 s and the two pipelines queued behind it on its GPU type by as much again).
 
 Every decision carries a reason with its numbers.
 """
@@ -31,8 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from trident.errors import ConfigError
-from trident.sched.base import (PREEMPTORS, ArrivalPredictor, JobView, PreemptDecision, SchedState,
-                                Verdict)
+from trident.sched.base import (MILLI_PER_GPU, PREEMPTORS, ArrivalPredictor, JobView, PreemptDecision,
+                                SchedState, Verdict)
 from trident.sched.predict import RuntimePrior
 
 
@@ -117,6 +122,20 @@ class LazyPreemptor:
         work_ref_s = max(0.0, victim.attained_s(now) - setups_s) * speed
         return victim.setup_left_s(now) + self.prior.quantile_remaining_s(work_ref_s, self.remaining_quantile) / speed
 
+    def shrink_stretch_s(self, victim: JobView, now: float) -> float:
+        """Seconds a shrink to its minimum adds to an elastic ``victim``'s run (0 for a rigid job or
+        one at its minimum): its predicted remaining time, stretched by its speed on the GPUs it
+        holds over its speed on its minimum (``parallel_fraction`` of its work divides over them)."""
+        job = victim.job
+        if not job.elastic or victim.allocation is None:
+            return 0.0
+        held = victim.allocation.gpu_milli / MILLI_PER_GPU
+        if held <= job.num_gpus + 1e-9:
+            return 0.0
+        p, top = job.parallel_fraction, job.max_gpus
+        stretch = ((1 - p) + p * top / job.num_gpus) / ((1 - p) + p * top / held)
+        return self.predicted_remaining_s(victim, now) * (stretch - 1.0)
+
     def _releases(self, state: SchedState, model: str) -> list[tuple[float, float]]:
         """(predicted seconds until release, GPUs) of the running jobs on ``model``, soonest first."""
         if self._memo.get("state") is not state:
@@ -162,9 +181,12 @@ class LazyPreemptor:
         blocked_setup_s = blocked.expected_setup_s if blocked.expected_setup_s > 0 else self.default_setup_s
         interval_s = max(predictor.predict_interval_s(now), 1e-9)
         pressure = 1.0 + (blocked_setup_s + self.checkpoint_restore_s) / interval_s
-        cost_s = self.payoff_margin * overhead_s * pressure * victim.job.num_gpus / blocked.job.num_gpus
+        stretch_s = self.shrink_stretch_s(victim, now)
+        cost_s = self.payoff_margin * pressure * (overhead_s * victim.job.num_gpus / blocked.job.num_gpus + stretch_s)
+        swap = (f"the shrink costs the victim {overhead_s:.0f} s and stretches its run by ~{stretch_s:.0f} s"
+                if victim.job.elastic else f"the swap costs the victim {overhead_s:.0f} s")
         numbers = (f"{blocked.job_id} would otherwise wait ~{gain_s:.0f} s (victim {victim.job_id} frees its "
-                   f"GPUs in ~{free_in_s:.0f} s); the swap costs the victim {overhead_s:.0f} s; next arrival "
+                   f"GPUs in ~{free_in_s:.0f} s); {swap}; next arrival "
                    f"in ~{interval_s:.0f} s (weight {pressure:.2f}): weighted cost {cost_s:.0f} s")
         if free_in_s <= overhead_s:
             return PreemptDecision(Verdict.DO_NOT, f"lazy: cannot pay off, the victim ends first: {numbers}")
