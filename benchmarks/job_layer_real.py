@@ -147,12 +147,20 @@ def plug_ins(name: str):
                                          prior=RuntimePrior.philly(scale=SCALE), max_waste_fraction=0.5)
 
 
+def parallel_fraction(a: Arrival, calib: dict | None) -> float:
+    """The share of a pipeline's observed solo run time (``calib``) that its cost curve takes, the
+    part its GPUs divide (1 on the declared figures, where the curve is its run time)."""
+    if calib is None:
+        return 1.0
+    return min(1.0, pipeline_seconds(a.rows, a.gpus) / max(calib["pipelines"][f"{a.rows}x{a.gpus}"][1], 1e-3))
+
+
 def min_gpus(name: str, a: Arrival) -> int:
     """A pipeline's minimum GPUs: elastic down to ``a.min_gpus`` under trident, else its maximum."""
     return a.min_gpus if name == "trident" else a.gpus
 
 
-def run_real(name: str, stage) -> dict:
+def run_real(name: str, stage, calib: dict | None = None) -> dict:
     from trident.sched.scheduler import JobScheduler
 
     policy, preemptor = plug_ins(name)
@@ -166,6 +174,7 @@ def run_real(name: str, stage) -> dict:
             if a.rows:
                 sched.submit_pipeline(pipeline, a.rows, a.gpus, stage, name=a.name, gpu_models=("B",),
                                       min_gpus=min_gpus(name, a), max_gpus=a.gpus,
+                                      parallel_fraction=parallel_fraction(a, calib),
                                       setup_s=2.0, autoscale=dict(policy="ds2", interval_s=0.5))
             else:
                 fn = Train if name == "trident" else train_plain
@@ -279,7 +288,7 @@ def run_sim(name: str, calib: dict | None) -> dict:
         run_s = max(run_s, 1e-3)
         if a.rows:  # elastic, as run_real submits it; the cost curve's GPU time is what its GPUs divide
             shape = dict(num_gpus=min_gpus(name, a), max_gpus=a.gpus, gpu_models=("B",),
-                         parallel_fraction=min(1.0, pipeline_seconds(a.rows, a.gpus) / run_s))
+                         parallel_fraction=parallel_fraction(a, calib))
         else:  # trident's training jobs checkpoint; the others' are Ray tasks, killed and restarted from zero
             shape = dict(num_gpus=a.gpus, checkpoints=name == "trident")
         jobs.append(Job(job_id=a.name, arrival_s=a.at_s, duration_s=run_s, setup_s=setup_s, **shape))
@@ -355,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"calibration (solo runs): {json.dumps(calib)} ({time.monotonic() - t:.0f} s)", flush=True)
         for name in names:
             t = time.monotonic()
-            rows.append(run_real(name, stage))
+            rows.append(run_real(name, stage, calib))
             print(f"{name}: {json.dumps({k: v for k, v in rows[-1].items() if k != 'jct_s'})} "
                   f"({time.monotonic() - t:.0f} s)", flush=True)
     finally:

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from trident.demos.bench import (REPLICA_OVERHEAD_BYTES, Cluster, items_of, plot_results, static_splits, work_bound,
-                                  workloads)
+from trident.demos.bench import (REPLICA_OVERHEAD_BYTES, Cluster, in_order_bound, items_of, plot_results, static_splits,
+                                  work_bound, workloads)
 from trident.demos.calibration import load_curves
 
 
@@ -49,6 +49,19 @@ def test_work_bound_follows_the_bottleneck_and_the_memory_limit():
     roomy, _ = work_bound(w, curves, Cluster(memory_limit_bytes=64 * 2**30))
     assert roomy < total
     assert work_bound(w, curves, Cluster(memory_limit_bytes=2**30))[0] == float("inf")
+
+
+def test_in_order_bound_counts_the_rounds_of_the_last_long_batches():
+    """Video: 24 SD clips then 8 HD clips, one per OCR batch, on the 5 OCR replicas the 5 GiB limit
+    allows beside one embed replica. In input order, four replicas run five SD clips and one runs
+    four; the HD clips then take two rounds on three of them: 5 SD + 2 HD on the last replica."""
+    curves, w, cl = load_curves(), workloads(1.0)["video-regimes"], Cluster()
+    sd, hd = (curves["ocr"].time_s(p.pattern[0].ocr_megapixels) * cl.time_scale for p in w.phases)
+    assert in_order_bound(w, curves, cl) == pytest.approx(5 * sd + 2 * hd)
+    assert in_order_bound(w, curves, cl) > work_bound(w, curves, cl)[0]  # 8 HD clips over 5 replicas: not 1.6 rounds
+    roomy = Cluster(memory_limit_bytes=64 * 2**30)  # 7 OCR replicas: the 8th HD clip follows the 1st, after 3 SD
+    assert in_order_bound(w, curves, roomy) == pytest.approx(3 * sd + 2 * hd)
+    assert in_order_bound(w, curves, Cluster(memory_limit_bytes=2**30)) == float("inf")
 
 
 def test_plot_written(tmp_path):

@@ -24,14 +24,15 @@ NODES = (Node(node_id="a0", gpu_model="A", num_gpus=4, cpus=16), Node(node_id="a
 
 
 def _trace(seed: int, n: int = 24, elastic: bool = False) -> list[Job]:
-    """Jobs arriving ~400 s apart; with ``elastic``, every fourth is a pipeline of 1 to 4 GPUs."""
+    """Jobs arriving ~400 s apart; with ``elastic``, every fourth is a pipeline of 1 to 4 GPUs
+    (60% of its run time divides over its GPUs)."""
     rng = np.random.default_rng(seed)
     t, jobs = 0.0, []
     for k in range(n):
         t += float(rng.exponential(400.0))
         duration_s, gpus = float(rng.lognormal(7.0, 1.0)), dict(num_gpus=float(rng.choice([0.5, 1, 2, 4])))
         if elastic and k % 4 == 1:
-            gpus = dict(num_gpus=1.0, max_gpus=4.0)
+            gpus = dict(num_gpus=1.0, max_gpus=4.0, parallel_fraction=0.6)
         jobs.append(Job(job_id=f"j{k:02d}", arrival_s=round(t, 3), duration_s=duration_s,
                         setup_s=float(rng.choice([30.0, 300.0])), gpu_models=("A",) if k % 5 == 0 else (), **gpus))
     return jobs
@@ -57,14 +58,14 @@ class FakePipeline:
 
     def set_budget(self, gpus: float) -> None:
         now = self.backend.clock.t
-        self.remaining -= work_done(self.groups, 1.0, self.job.max_gpus, self.at, now)
+        self.remaining -= work_done(self.groups, 1.0, self.job.max_gpus, self.at, now, self.job.parallel_fraction)
         self.at = now
         held = sum(g for _, g in self.groups)
         self.groups = self.groups + [(now + self.job.setup_s, gpus - held)] if gpus > held else self.groups[:1]
         self.backend.observe_at |= {now, now + self.job.setup_s}
 
     def finish_s(self) -> float:
-        return finish_s(self.groups, 1.0, self.job.max_gpus, self.at, self.remaining)
+        return finish_s(self.groups, 1.0, self.job.max_gpus, self.at, self.remaining, self.job.parallel_fraction)
 
 
 class Clock:
@@ -94,7 +95,8 @@ class EventBackend:
             j = self.pending.pop(0)
             if j.elastic:
                 self.sched.submit_pipeline(lambda: None, name=j.job_id, min_gpus=j.num_gpus, max_gpus=j.max_gpus,
-                                           gpu_models=j.gpu_models, setup_s=j.setup_s)
+                                           gpu_models=j.gpu_models, setup_s=j.setup_s,
+                                           parallel_fraction=j.parallel_fraction)
             else:
                 self.sched.submit(lambda: None, name=j.job_id, num_gpus=j.num_gpus, gpu_models=j.gpu_models,
                                   setup_s=j.setup_s)

@@ -216,18 +216,23 @@ class JobScheduler:
     def submit_pipeline(self, fn: Callable[..., Any], *args, min_gpus: float = 1.0, max_gpus: float,
                         name: str | None = None, gpu_models: tuple[str, ...] = (), priority: int = 0,
                         setup_s: float | None = None, expected_duration_s: float = 1.0,
-                        autoscale: dict | None = None, **kwargs) -> str:
+                        autoscale: dict | None = None, parallel_fraction: float = 1.0, **kwargs) -> str:
         """Queue a pipeline: ``fn(*args, **kwargs)`` builds and runs a Ray Data pipeline; it runs
         in a driver thread under ``trident.autoscale(**autoscale)`` with a GPU budget between
         ``min_gpus`` (held like a job's GPUs) and ``max_gpus`` (whole GPUs lent while no job
-        waits). Preempting it shrinks it to ``min_gpus``; it grows back when GPUs are free."""
+        waits). Preempting it shrinks it to ``min_gpus``; it grows back when GPUs are free.
+        ``parallel_fraction``: the share of its run time at ``max_gpus`` that divides over its GPUs
+        (the rest, Ray Data's start and the CPU stages, does not); the lazy preemptor prices a
+        shrink by the stretch of its run, so 1 (the default) shrinks it least readily."""
         if not (isinstance(max_gpus, (int, float)) and max_gpus >= min_gpus and float(max_gpus).is_integer()):
             raise ConfigError("max_gpus", max_gpus, f"a whole number of GPUs >= min_gpus ({min_gpus})")
+        if not 0 < parallel_fraction <= 1:
+            raise ConfigError("parallel_fraction", parallel_fraction, "a number in (0, 1]")
         with self._lock:  # held until the job is elastic: no pass starts it as a plain job
             job_id = self.submit(fn, *args, num_gpus=min_gpus, name=name, gpu_models=gpu_models, priority=priority,
                                  setup_s=setup_s, expected_duration_s=expected_duration_s, **kwargs)
             r = self._records[job_id]
-            r.job = replace(r.job, max_gpus=float(max_gpus))
+            r.job = replace(r.job, max_gpus=float(max_gpus), parallel_fraction=float(parallel_fraction))
             r.autoscale = dict(autoscale or {})
             self._enqueue(r)
         return job_id
