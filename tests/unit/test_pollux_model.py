@@ -65,6 +65,70 @@ def test_optimus_gives_every_job_one_gpu_then_marginal_gains():
     assert pol.step_s(jobs["a"], 2) < pol.step_s(jobs["a"], 1)
 
 
+def test_iterations_above_the_largest_validated_batch_cover_the_same_samples_in_larger_steps():
+    imagenet = application("imagenet")                         # curves at 200 and 800, trains up to 12,800
+    it800 = {0: 2267, 89: 150231}                              # validation-800.csv, epochs 0 and 89
+    assert imagenet.iterations(800, 89) == pytest.approx(it800[89])
+    assert imagenet.iterations(6400, 89) == pytest.approx(it800[89] * 800 / 6400)
+    assert imagenet.iterations(3200, 0) == pytest.approx(it800[0] * 800 / 3200)
+    cifar10 = application("cifar10")                           # largest curve and largest batch: 2048
+    # a job asking for 4096 trains at 2048, so it takes the 2048 curve's steps
+    assert cifar10.iterations(4096, 99) == pytest.approx(cifar10.iterations(2048, 99)) == pytest.approx(3178)
+
+
+class _FlatApp:
+    """A stand-in application: one pass takes ``atomic_bsz`` seconds, no sync; ``total_steps``
+    optimizer steps by the end of the last of 3 epochs, none at the end of the first."""
+
+    max_local_bsz = max_batch_size = 1000
+    max_epochs = 3
+
+    def __init__(self, total_steps):
+        self.total_steps = total_steps
+
+    def step_sync_s(self, placement, atomic_bsz):
+        return float(atomic_bsz), 0.0
+
+    def iterations(self, batch_size, epoch):
+        return 0.0 if epoch == 0 else float(self.total_steps)
+
+
+def test_optimus_marginal_gains_by_hand():
+    # batch 12: 1 GPU = 2 passes of 6 (accumulation forced) = 12 s; 2 GPUs 6 s; 3 GPUs 4 s; 4 GPUs 3 s
+    pol = OptimusAlloc()
+    a = ElasticView("a", 4, _FlatApp(100), 12, 0)
+    assert [pol.step_s(a, n) for n in (1, 2, 3, 4)] == [12.0, 6.0, 4.0, 3.0]
+    assert pol.remaining_steps(a) == 100.0 and pol.remaining_steps(ElasticView("z", 4, _FlatApp(100), 12, 2)) == 1.0
+    # one GPU each, 2 left. Gains: a (12-6) x 100 = 600, b (12-6) x 30 = 180 -> a; a (6-4) x 100 = 200 > 180 -> a
+    b = ElasticView("b", 4, _FlatApp(30), 12, 0)
+    alloc = pol.allocate(60, {"a": a, "b": b}, [2, 2], {})
+    assert alloc == {"b": (0,), "a": (1, 1, 0)}    # smallest first onto the emptiest node, ties to the lowest
+    # b with 60 steps left: (12-6) x 60 = 360 > a's 200 for its third GPU -> 2 and 2
+    b = ElasticView("b", 4, _FlatApp(60), 12, 0)
+    alloc = pol.allocate(60, {"a": a, "b": b}, [2, 2], {})
+    assert sorted(map(len, alloc.values())) == [2, 2]
+    # an unchanged count keeps its GPUs; a job at its maximum gets no more
+    kept = pol.allocate(120, {"a": a, "b": b}, [2, 2], {"a": (1, 1)})
+    assert kept["a"] == (1, 1) and kept["b"] == (0, 0)
+    capped = pol.allocate(60, {"a": ElasticView("a", 1, _FlatApp(100), 12, 0)}, [2, 2], {})
+    assert capped == {"a": (0,)}
+
+
+def test_optimus_counts_an_imagenet_jobs_remaining_steps_at_its_own_batch():
+    """imagenet at 6,400 has (150231 - 2267) x 800 / 6400 = 18,495.5 steps left after epoch 0,
+    not the 800 curve's 147,964. Its second GPU saves 14.63 s a step: 270,550 s predicted, less
+    than the 1,000,000 s a short job's second GPU saves, which therefore gets it (with the 800
+    curve's count the imagenet job would save 2.16 million s and take it)."""
+    pol = OptimusAlloc()
+    big = ElasticView("big", 32, application("imagenet"), 6400, 0)
+    assert pol.remaining_steps(big) == pytest.approx((150231 - 2267) * 800 / 6400)
+    saved = (pol.step_s(big, 1) - pol.step_s(big, 2)) * pol.remaining_steps(big)
+    assert 2e5 < saved < 5e5 < 8 * saved
+    short = ElasticView("short", 2, _FlatApp(1_000_000), 2, 0)   # 2 s a step on 1 GPU, 1 s on 2
+    alloc = pol.allocate(60, {"big": big, "short": short}, [3], {})
+    assert len(alloc["big"]) == 1 and len(alloc["short"]) == 2
+
+
 def test_bad_inputs_are_named():
     with pytest.raises(ConfigError, match="application"):
         application("resnet")

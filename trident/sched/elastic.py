@@ -10,7 +10,7 @@ GPU. Pure: the round's time is passed in, nothing is read from a clock.
   starvation promotion.
 - :class:`OptimusAlloc`: Optimus-like greedy: every job gets one GPU if any is left,
   then GPUs go one at a time to the job whose predicted remaining time drops the most
-  (step-time gain x remaining iterations), bounded by its batch size.
+  (step-time gain x remaining iterations at the job's batch size), bounded by its batch size.
 """
 from __future__ import annotations
 
@@ -138,13 +138,18 @@ class OptimusAlloc:
             return 0.0
         return (self.step_s(job, n) - self.step_s(job, n + 1)) * remaining
 
+    @staticmethod
+    def remaining_steps(job: ElasticView) -> float:
+        """Optimizer steps left after the job's current epoch at its batch size (1 in its last
+        epoch), from the application's iteration counts (:meth:`Application.iterations`)."""
+        app, last = job.application, job.application.max_epochs - 1
+        if last <= job.epoch:
+            return 1.0
+        return app.iterations(job.batch_size, last) - app.iterations(job.batch_size, job.epoch)
+
     def allocate(self, now_s: float, jobs: Mapping[str, ElasticView], gpus_per_node: Sequence[int],
                  prev: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
-        remaining = {}
-        for key, job in jobs.items():
-            app, last = job.application, job.application.max_epochs - 1
-            remaining[key] = 1.0 if last <= job.epoch else (
-                app.iterations(job.batch_size, last) - app.iterations(job.batch_size, job.epoch))
+        remaining = {key: self.remaining_steps(job) for key, job in jobs.items()}
         left = sum(gpus_per_node)
         replicas: dict[str, int] = {}
         gain: dict[str, float] = {}

@@ -159,7 +159,16 @@ class Application:
         return (var + sqr) / (var / scale + sqr)
 
     def iterations(self, batch_size: int, epoch: int) -> float:
-        """Optimizer steps done by the end of ``epoch`` at ``batch_size``."""
+        """Optimizer steps done by the end of ``epoch`` by a job asking for ``batch_size``.
+
+        The job trains at most at ``max_batch_size``. Between validated batch sizes the
+        curves' iteration counts are interpolated; above the largest validated batch ``B``
+        the same samples are covered in larger steps, so its count is scaled by ``B / batch``
+        (imagenet at 6,400 takes an eighth of the steps of its 800-sample curve)."""
+        batch_size = min(batch_size, self.max_batch_size)
+        top = self.batch_sizes[-1]
+        if batch_size > top:
+            return self._interp(top, epoch, "iteration") * top / batch_size
         return self._interp(batch_size, epoch, "iteration")
 
 
