@@ -3,8 +3,16 @@ import json
 
 import pytest
 
-from trident.demos.bench import (REPLICA_OVERHEAD_BYTES, Cluster, in_order_bound, items_of, plot_results, static_splits,
-                                  work_bound, workloads)
+from trident.demos.bench import (
+    REPLICA_OVERHEAD_BYTES,
+    Cluster,
+    in_order_bound,
+    items_of,
+    plot_results,
+    static_splits,
+    work_bound,
+    workloads,
+)
 from trident.demos.calibration import load_curves
 
 

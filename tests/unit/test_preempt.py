@@ -4,7 +4,16 @@ import numpy as np
 import pytest
 
 from trident.errors import ConfigError
-from trident.sched.base import PREEMPTORS, Allocation, EwmaArrivalPredictor, Job, JobView, Node, SchedState, Verdict
+from trident.sched.base import (
+    PREEMPTORS,
+    Allocation,
+    EwmaArrivalPredictor,
+    Job,
+    JobView,
+    Node,
+    SchedState,
+    Verdict,
+)
 from trident.sched.baselines import SrtfPolicy
 from trident.sched.placement import FirstFitPlacer
 from trident.sched.predict import RuntimePrior

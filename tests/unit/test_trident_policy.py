@@ -1196,3 +1196,21 @@ def test_a_pool_moved_to_a_type_it_never_ran_on_gets_partners_sized_for_its_upsi
     assert result.allocation.by_device("embed") == {"A": 4}
     assert result.allocation.by_device("detect") == {"B": 4}, result.allocation.describe()
     assert any("headroom" in n for n in result.notes), result.notes
+
+
+def test_opt_in_exploration_pins_a_pool_to_a_type_it_was_not_measured_on():
+    from trident.policies.trident import problem
+
+    policy = TridentPolicy(context=PolicyContext(seed=0), settings=TridentSettings(explore_types=True))
+    roomy = ClusterView(cpus=16, gpus=16, gpus_by_type=(("A", 8.0), ("B", 8.0)))  # room for a pool on each type
+    for k in range(30):
+        snap = replace(_typed_snapshot(k, detect_types=("B",), embed_types=("B",)), cluster=roomy)
+        for o in snap.operators:
+            policy.observer.observe(o, snap.time_s)
+    ops = problem.plannable(snap)
+    planning = problem.build(snap, ops, policy.tracks, policy.settings, None)
+    decision = policy._explore(snap, ops, planning.problem, snap.time_s, ["a note"])
+    assert decision is not None and decision.reason.startswith("explore: measure"), decision
+    assert decision.notes == ("a note",)
+    (pin,) = [t for t in decision.plan.targets if t.accelerator_type]
+    assert pin.accelerator_type in ("A", "B") and pin.replicas == 4

@@ -14,7 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from trident.plan.placement import TOL, Allocation, PlacementProblem, change_costs, throughput_of, violations
+from trident.plan.placement import (
+    TOL,
+    Allocation,
+    PlacementProblem,
+    change_costs,
+    throughput_of,
+    violations,
+)
 
 
 def with_headroom(problem: PlacementProblem, allocation: Allocation) -> tuple[Allocation, list[str]]:

@@ -36,8 +36,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from trident.errors import ConfigError
-from trident.sched.base import (MILLI_PER_GPU, PREEMPTORS, ArrivalPredictor, JobView, PreemptDecision,
-                                SchedState, Verdict)
+from trident.sched.base import (
+    MILLI_PER_GPU,
+    PREEMPTORS,
+    ArrivalPredictor,
+    JobView,
+    PreemptDecision,
+    SchedState,
+    Verdict,
+)
 from trident.sched.predict import RuntimePrior
 
 

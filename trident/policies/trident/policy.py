@@ -352,8 +352,7 @@ class TridentPolicy:
         phase = self.phases.start(rollout.phases(), now)
         reason = "; ".join(why for _, why in pins) + " | now: " + "; ".join(st.reason for st in phase)
         caps, held = self._hold_tasks(snap) if _moves(rollout.steps) else ((), "")
-        decision = self._issue(tuple(st.target for st in phase) + caps, reason + held, now,
-                               [*notes, *result.notes], kind="plan")
+        decision = self._issue(tuple(st.target for st in phase) + caps, reason + held, now, notes, kind="plan")
         self.phases.plan_seq = self.plan_seq
         return decision
 
