@@ -12,8 +12,10 @@ seeded by --seed; a restart after a preemption adds 30 s):
   at loads 1.0, 1.5, 2.0 and 3.0.
 
 Contenders: fifo, sjf (oracle: true durations), tiresias/eager, tiresias/lazy, rltune with the
-shipped weights, smallest-first (fewest GPUs first: an observable order), and rltune with the
-calibrated weights (``--weights``). Writes
+shipped weights, smallest-first (fewest GPUs first: an observable order), sef and sref/lazy
+(shortest expected (remaining) run time first, from the run times of finished jobs of the same
+application and GPUs: observable), srtf/lazy (oracle), and rltune with other weights
+(``--weights``). Writes
 ``<stem>.json`` (default ``job_layer_remeasure``; RESULTS.md shape, one row per workload, load
 and contender) and ``<stem>.png`` (average JCT relative to FIFO).
 
@@ -44,7 +46,8 @@ DATA = Path(os.environ.get("TRIDENT_DATA", ROOT / ".." / "shared" / "data")) / "
 POLLUX_DIRS = {1.0: "workloads", 1.5: "workloads-1.5", 2.0: "workloads-2.0"}
 PHILLY = "seed=1/103959.trace"
 PHILLY_LOADS = (1.0, 1.5, 2.0, 3.0)
-CONTENDERS = ("fifo", "sjf", "tiresias/eager", "tiresias/lazy", "rltune", "smallest-first", "rltune-calibrated")
+CONTENDERS = ("fifo", "sjf", "tiresias/eager", "tiresias/lazy", "rltune", "smallest-first", "sef", "sref/lazy",
+              "srtf/lazy", "rltune-calibrated")
 
 
 class SmallestFirst:
@@ -92,7 +95,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workloads", choices=("all", "pollux", "philly"), default="all")
     ap.add_argument("--weights", type=Path, default=None, help="calibrated rltune weights (omit: not run)")
-    ap.add_argument("--contenders", default=",".join(CONTENDERS[:-2]),
+    ap.add_argument("--contenders", default=",".join(CONTENDERS[:5]),
                     help=f"comma-separated among {CONTENDERS}; fifo is always run first (the baseline)")
     ap.add_argument("--loads", default=None, help="comma-separated subset of the loads")
     ap.add_argument("--merge", action="store_true", help="keep the rows already in the JSON for other contenders")

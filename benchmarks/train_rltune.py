@@ -14,8 +14,14 @@ After each PPO update the greedy policy is scored on all training windows; the
 best weights (warm start included) are kept. Seeded: the same seed writes the
 same weights.
 
-    python benchmarks/train_rltune.py --seed 0 --iterations 20
-    # -> trident/sched/rltune.pt, benchmarks/results/train_rltune.{json,png}
+With ``--history`` the net also reads the run-time-history features (median run time of the
+finished jobs of the same application / job type and GPUs) and is warm-started on
+shortest-expected-first; each window starts with the history of the trace's jobs before it.
+``--reward jct`` rewards the gain in average JCT instead of bounded slowdown; ``--window N``
+sets the jobs per window (160: whole Pollux traces, as they are evaluated). The shipped weights:
+
+    python benchmarks/train_rltune.py --calibrated --history --reward jct --window 160 --seed 0 --iterations 15
+    # -> trident/sched/rltune.pt, benchmarks/results/train_rltune_calibrated-history-jct-w160.{json,png}
 """
 from __future__ import annotations
 
@@ -32,7 +38,8 @@ import numpy as np
 import trident.sched  # noqa: F401  (registers plug-ins)
 from trident.sched.placement import BestFitPlacer
 from trident.sched.baselines import FifoPolicy
-from trident.sched.features import queue_features
+from trident.sched.features import FeatureConfig, queue_features
+from trident.sched.history_order import ShortestExpectedFirst
 from trident.sched.rl import (Action, PpoConfig, Rollout, bounded_slowdown, build_net, episode_reward,
                               imitation_update, ppo_update)
 from trident.sched.rltune import RLTunePolicy
@@ -53,8 +60,9 @@ CALIBRATED_SOURCES = tuple((f"pollux:{DATA / 'pollux' / 'workloads' / f'workload
 Philly (Gavel) trace of seed 0 at load 3, whole; workloads 3-4 and seed 1 stay unseen."""
 
 
-def windows(sources=SOURCES, train_fraction: float = TRAIN_FRACTION) -> list[tuple[str, tuple, tuple]]:
-    """(label, nodes, jobs) training windows, arrivals rebased to 0."""
+def windows(sources=SOURCES, train_fraction: float = TRAIN_FRACTION) -> list[tuple[str, tuple, tuple, tuple]]:
+    """(label, nodes, jobs, past) training windows, arrivals rebased to 0; ``past``: the jobs of
+    the same trace before the window (finished by then: the run-time history it starts with)."""
     out = []
     for name, load, fraction, window, most in sources:
         trace = load_trace(name)
@@ -67,7 +75,7 @@ def windows(sources=SOURCES, train_fraction: float = TRAIN_FRACTION) -> list[tup
             chunk = train[start:start + window]
             t0 = chunk[0].arrival_s
             out.append((f"{Path(name).stem}x{load:g}[{start}:{start + len(chunk)}]", nodes,
-                        tuple(replace(j, arrival_s=(j.arrival_s - t0) / load) for j in chunk)))
+                        tuple(replace(j, arrival_s=(j.arrival_s - t0) / load) for j in chunk), tuple(train[:start])))
     return out
 
 
@@ -94,10 +102,49 @@ class SmallestFirstTeacher:
         return tuple(qf.job_ids[i] for i in rank) + tuple(v.job_id for v in state.queued[len(qf.job_ids):])
 
 
-def replay(nodes, jobs, policy, seed: int) -> float:
+class ShortestExpectedTeacher(SmallestFirstTeacher):
+    """Observable warm-start teacher for the history-reading net: shortest expected run time
+    first (``sef``: median run time of finished jobs of the same class), then fewest GPUs,
+    then longest wait."""
+
+    name = "shortest-expected"
+
+    def __init__(self, rollout: Rollout, max_picks: int) -> None:
+        super().__init__(rollout, max_picks)
+        self.sef = ShortestExpectedFirst()
+        self.history = self.sef.history
+        self.features = FeatureConfig(history=True)
+
+    def observe_finish(self, job, run_s: float) -> None:
+        self.history.observe(job, run_s)
+
+    def order(self, state, rng):
+        qf = queue_features(state, self.features, self.history)
+        now = state.now
+        rank = sorted(range(len(qf.job_ids)),
+                      key=lambda i: (self.sef.expected_s(state.queued[i]), state.queued[i].job.num_gpus,
+                                     -state.queued[i].wait_s(now), qf.job_ids[i]))
+        picks = tuple(i for i in rank if qf.can_start[i])[: self.max_picks]
+        if picks:
+            self.rollout.add(qf, Action(picks=picks, waited=False, logp=0.0, value=0.0), 0)
+        return tuple(qf.job_ids[i] for i in rank) + tuple(v.job_id for v in state.queued[len(qf.job_ids):])
+
+
+REWARDS = ("bsld", "jct")
+
+
+def replay(nodes, jobs, policy, seed: int, past=(), reward: str = "bsld") -> float:
+    """The window's mean bounded slowdown (``reward="bsld"``) or average JCT (``"jct"``);
+    a policy with a run-time ``history`` starts it from the ``past`` jobs' run times."""
+    history = getattr(policy, "history", None)
+    if history is not None:
+        history.clear()
+        for j in past:
+            history.observe(j, j.duration_s)
     result = Simulator(nodes=nodes, policy=policy, placer=BestFitPlacer(),
                        config=EngineConfig(seed=seed)).run(jobs)
-    return bounded_slowdown(result.finish_s - result.arrival_s, result.duration_s)
+    jct = result.finish_s - result.arrival_s
+    return float(np.mean(jct)) if reward == "jct" else bounded_slowdown(jct, result.duration_s)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,6 +156,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="warm-start epochs imitating the smallest-first teacher (0: none)")
     parser.add_argument("--calibrated", action="store_true",
                         help="train on Pollux workloads 1-2 and a Philly seed-0 trace (CALIBRATED_SOURCES)")
+    parser.add_argument("--history", action="store_true",
+                        help="add the run-time-history features (finished jobs of the same class) and "
+                             "warm-start on shortest-expected-first")
+    parser.add_argument("--reward", choices=REWARDS, default="bsld",
+                        help="episode reward: gain in mean bounded slowdown (bsld) or in average JCT (jct) over FIFO")
+    parser.add_argument("--window", type=int, default=None,
+                        help="jobs per training window (default: each source's own, 40); a window as long "
+                             "as the trace trains on whole traces, as they are evaluated")
     parser.add_argument("--out", type=Path, default=WEIGHTS)
     parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args(argv)
@@ -119,24 +174,29 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     rng = np.random.default_rng(args.seed)
     sources = CALIBRATED_SOURCES if args.calibrated else SOURCES
+    if args.window is not None:
+        sources = tuple((name, load, fraction, args.window, most) for name, load, fraction, _, most in sources)
     data = windows(sources, 1.0) if args.calibrated else windows()
-    baseline = [replay(nodes, jobs, FifoPolicy(), args.seed) for _, nodes, jobs in data]
+    rw = args.reward
+    baseline = [replay(nodes, jobs, FifoPolicy(), args.seed, reward=rw) for _, nodes, jobs, _ in data]
     eval_idx = list(range(len(data)))
     config = PpoConfig()
-    net = build_net(args.seed, wait_bias=config.wait_bias)
+    features = FeatureConfig(history=args.history)
+    net = build_net(args.seed, wait_bias=config.wait_bias, num_features=features.num_features)
     optimizer = torch.optim.Adam(net.parameters(), lr=config.lr)
 
     def greedy_score() -> float:
         policy = RLTunePolicy(net=net)
-        return float(np.mean([episode_reward(replay(data[i][1], data[i][2], policy, args.seed), baseline[i])
-                              for i in eval_idx]))
+        return float(np.mean([episode_reward(replay(data[i][1], data[i][2], policy, args.seed, data[i][3], rw),
+                                             baseline[i]) for i in eval_idx]))
 
     history = []
     print(f"{len(data)} windows; greedy reward of the untrained net {greedy_score():+.4f}", flush=True)
     if args.imitation_epochs:
         demos = Rollout()
-        for _, nodes, jobs in data:
-            replay(nodes, jobs, SmallestFirstTeacher(demos, config.max_picks), args.seed)
+        teacher = ShortestExpectedTeacher if args.history else SmallestFirstTeacher
+        for _, nodes, jobs, past in data:
+            replay(nodes, jobs, teacher(demos, config.max_picks), args.seed, past)
         nll = imitation_update(net, optimizer, demos, epochs=args.imitation_epochs, minibatch=config.minibatch,
                                max_picks=config.max_picks, rng=rng)
         print(f"warm start: {len(demos)} teacher decisions, NLL {nll:.3f}", flush=True)
@@ -147,10 +207,10 @@ def main(argv: list[str] | None = None) -> int:
         rewards = {}
         for e, i in enumerate(rng.choice(len(data), size=args.episodes, replace=False).tolist()):
             policy.episode = e
-            _, nodes, jobs = data[i]
+            _, nodes, jobs, past = data[i]
             sim_seed = int(rng.integers(1 << 30))
-            rewards[e] = episode_reward(replay(nodes, jobs, policy, sim_seed),
-                                        replay(nodes, jobs, FifoPolicy(), sim_seed))
+            rewards[e] = episode_reward(replay(nodes, jobs, policy, sim_seed, past, rw),
+                                        replay(nodes, jobs, FifoPolicy(), sim_seed, reward=rw))
         stats = ppo_update(net, optimizer, policy.rollout, rewards, config, rng)
         score = greedy_score()
         history.append({"iteration": it, "explore_reward": float(np.mean(list(rewards.values()))),
@@ -165,9 +225,10 @@ def main(argv: list[str] | None = None) -> int:
 
     net.load_state_dict(best[2])
     trained = RLTunePolicy(net=net)
-    learned = [replay(nodes, jobs, trained, args.seed) for _, nodes, jobs in data]
-    rows = [{"policy": "fifo", "bounded_slowdown": float(np.mean(baseline)), "ratio_to_baseline": 1.0},
-            {"policy": "rltune", "bounded_slowdown": float(np.mean(learned)),
+    learned = [replay(nodes, jobs, trained, args.seed, past, rw) for _, nodes, jobs, past in data]
+    metric = "avg_jct_s" if rw == "jct" else "bounded_slowdown"
+    rows = [{"policy": "fifo", metric: float(np.mean(baseline)), "ratio_to_baseline": 1.0},
+            {"policy": "rltune", metric: float(np.mean(learned)),
              "ratio_to_baseline": float(np.mean(baseline) / np.mean(learned))}]
     args.results.mkdir(parents=True, exist_ok=True)
     doc = {"benchmark": "train_rltune", "trident_version": trident_version(),
@@ -176,10 +237,13 @@ def main(argv: list[str] | None = None) -> int:
            "workload": {"name": ("Pollux workloads 1-2 and a Philly seed-0 trace, whole" if args.calibrated
                                  else "shipped dev traces, windows from the first 70% of each"),
                         "sources": [list(s) for s in sources],
-                        "seed": args.seed, "mode": "simulated"},
+                        "seed": args.seed, "mode": "simulated", "history_features": args.history,
+                        "reward": rw},
            "baseline": "fifo", "rows": rows, "best_iteration": best[1], "best_greedy_reward": best[0],
            "wall_s": time.perf_counter() - started, "history": history}
-    stem = "train_rltune_calibrated" if args.calibrated else "train_rltune"
+    stem = ("train_rltune_calibrated" if args.calibrated else "train_rltune") + \
+        ("-history" if args.history else "") + ("-jct" if rw == "jct" else "") + \
+        (f"-w{args.window}" if args.window else "")
     (args.results / f"{stem}.json").write_text(json.dumps(doc, indent=1))
     plot(history, args.results / f"{stem}.png")
     return 0
@@ -203,7 +267,7 @@ def plot(history: list[dict], path: Path) -> None:
     ax.plot(its, [h["greedy_reward"] for h in history], label="greedy (all training windows)")
     ax.axhline(0, color="grey", lw=0.8)
     ax.set_xlabel("PPO iteration")
-    ax.set_ylabel("bounded-slowdown gain over FIFO")
+    ax.set_ylabel("reward: gain over FIFO")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -2,7 +2,7 @@
 
 Importing this package registers the built-in plug-ins (see ``trident.sched.base``).
 """
-from trident.sched import baselines, placement, placement_milp, preempt, rltune  # noqa: F401  (register built-ins)
+from trident.sched import baselines, history_order, placement, placement_milp, preempt, rltune  # noqa: F401  (register built-ins)
 from trident.sched.base import (JOB_POLICIES, PLACERS, PREEMPTORS, Allocation, ArrivalPredictor,
                                 CapacityView, EwmaArrivalPredictor, Job, JobPolicy, JobView, Node,
                                 Placer, PreemptDecision, Preemptor, SchedState, Verdict)

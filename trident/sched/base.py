@@ -322,7 +322,11 @@ class JobPolicy(Protocol):
     Non-preemptive policies order ``state.queued``; preemptive ones
     (``preemptive = True``) order queued and running jobs together, and a running
     job ranked below a blocked queued one is a candidate victim. ``oracle = True``
-    asks the scheduler to fill in true remaining times.
+    asks the scheduler to fill in true remaining times. A policy may define
+    ``observe_finish(job, run_s)``: the simulator and ``JobScheduler`` call it when a
+    job succeeds, with the seconds it held its GPUs outside setups (its run time as
+    measured; on a faster GPU model, shorter than ``duration_s``), so that it can learn run times
+    from history.
     """
 
     name: str

@@ -14,6 +14,13 @@ numbers, each scaled to about [0, 1]:
 7. ``can_start``: 1 when a placement exists now.
 8. ``qos``: 1 latency-sensitive / guaranteed, 0 best-effort, 0.5 otherwise.
 
+With ``FeatureConfig(history=True)`` two more (``HISTORY_FEATURE_NAMES``), from a
+:class:`RunTimeHistory` of finished jobs:
+
+9. ``expected_run``: log-scaled run time expected from the finished jobs of its class
+   (application / job type and GPUs; 1.0 = a week); the prior's median when none finished.
+10. ``known``: 1 when finished jobs of its class (or its application) exist.
+
 Jobs with the same shape (GPU models, GPUs, CPUs, memory) share their
 capacity-derived features within one decision. Pure numpy.
 """
@@ -26,11 +33,12 @@ import numpy as np
 
 from trident.errors import ConfigError
 from trident.sched.base import MILLI_PER_GPU, CapacityView, Job, JobView, SchedState
-from trident.sched.predict import RuntimePrior
+from trident.sched.predict import RunTimeHistory, RuntimePrior
 
 FEATURE_NAMES = ("wait", "gpus", "demand_supply", "queue_load", "near_future", "fragmentation", "feasible",
                  "can_start", "qos")
 NUM_FEATURES = len(FEATURE_NAMES)
+HISTORY_FEATURE_NAMES = ("expected_run", "known")
 MAX_JOBS = 128
 _WEEK_MIN = 7 * 24 * 60
 _QOS = {"ls": 1.0, "guaranteed": 1.0, "lsr": 1.0, "be": 0.0, "besteffort": 0.0, "best-effort": 0.0}
@@ -48,17 +56,28 @@ class QueueFeatures:
 
 @dataclass(frozen=True)
 class FeatureConfig:
-    """``horizon_s``: look-ahead of ``near_future``; ``max_jobs``: queue window featurised."""
+    """``horizon_s``: look-ahead of ``near_future``; ``max_jobs``: queue window featurised;
+    ``history``: add the run-time-history features (``HISTORY_FEATURE_NAMES``)."""
 
     horizon_s: float = 600.0
     max_jobs: int = MAX_JOBS
     prior: RuntimePrior = RuntimePrior()
+    history: bool = False
+
+    @property
+    def num_features(self) -> int:
+        return NUM_FEATURES + (len(HISTORY_FEATURE_NAMES) if self.history else 0)
 
     def __post_init__(self) -> None:
         if not self.horizon_s > 0:
             raise ConfigError("horizon_s", self.horizon_s, "a number of seconds > 0")
         if not 1 <= self.max_jobs <= MAX_JOBS:
             raise ConfigError("max_jobs", self.max_jobs, f"an integer in [1, {MAX_JOBS}]")
+
+
+def _log_week(seconds: float) -> float:
+    """log(1 + minutes) / log(1 + a week's minutes), clipped to [0, 1]."""
+    return min(1.0, math.log1p(max(0.0, seconds) / 60.0) / math.log1p(_WEEK_MIN))
 
 
 def _models(job: Job, all_models) -> tuple[str, ...]:
@@ -103,15 +122,21 @@ def _milli_matrix(cap: CapacityView, model: str) -> np.ndarray:
     return np.array([np.pad(r, (0, width - len(r)), constant_values=-1) for r in rows])
 
 
-def queue_features(state: SchedState, config: FeatureConfig = FeatureConfig()) -> QueueFeatures:
+def queue_features(state: SchedState, config: FeatureConfig = FeatureConfig(),
+                   history: RunTimeHistory | None = None) -> QueueFeatures:
     """Featurise ``state.queued[:config.max_jobs]``. Needs ``state.capacity`` for the
-    capacity-derived features; without it they fall back to per-model free GPUs."""
+    capacity-derived features; without it they fall back to per-model free GPUs.
+    ``history`` (finished jobs' run times) feeds the history features when
+    ``config.history`` (an empty one when ``None``)."""
     now = state.now
     views: list[JobView] = list(state.queued[: config.max_jobs])
     all_models = tuple(state.total_gpus_by_model)
     cap = state.capacity
     n = len(views)
-    out = np.zeros((n, NUM_FEATURES), dtype=np.float32)
+    out = np.zeros((n, config.num_features), dtype=np.float32)
+    if config.history:
+        history = history if history is not None else RunTimeHistory()
+        fallback = config.prior.quantile_remaining_s(0.0, 0.5)
     can_start = np.zeros(n, dtype=bool)
     # Running GPUs per model predicted to end within the horizon.
     ending: dict[str, float] = {m: 0.0 for m in all_models}
@@ -141,7 +166,7 @@ def queue_features(state: SchedState, config: FeatureConfig = FeatureConfig()) -
             usable, feasible, nodes = (free, 1, 1) if free >= job.num_gpus else (0.0, 0, 1)
         g = job.num_gpus
         soon = sum(ending.get(m, 0.0) for m in models)
-        out[i, 0] = min(1.0, math.log1p(v.wait_s(now) / 60.0) / math.log1p(_WEEK_MIN))
+        out[i, 0] = _log_week(v.wait_s(now))
         out[i, 1] = math.log1p(g) / math.log1p(max(total, 1.0))
         out[i, 2] = g / (g + free)
         out[i, 3] = min(1.0, demand / max(total, 1e-9))
@@ -150,6 +175,10 @@ def queue_features(state: SchedState, config: FeatureConfig = FeatureConfig()) -
         out[i, 6] = math.log1p(feasible) / math.log1p(max(nodes, 1))
         out[i, 7] = float(feasible > 0)
         out[i, 8] = _QOS.get(job.qos.strip().lower(), 0.5)
+        if config.history:
+            est = history.estimate_s(job)
+            out[i, 9] = _log_week(fallback if est is None else est)
+            out[i, 10] = float(est is not None)
         can_start[i] = feasible > 0
     return QueueFeatures(job_ids=tuple(v.job_id for v in views), matrix=out, can_start=can_start,
                          any_running=bool(state.running))

@@ -9,8 +9,8 @@ that can start now (the others are masked), repeated up to ``max_picks`` times
 are the jobs scored above the wait token, best first.
 
 The reward comes once, at the end of an episode (a trace window replayed by the
-simulator): the relative improvement in mean bounded slowdown over a heuristic
-baseline (FIFO) on the same window. Every decision of the episode shares it; the
+simulator): the relative improvement in mean bounded slowdown (or average JCT)
+over a heuristic baseline (FIFO) on the same window. Every decision of the episode shares it; the
 critic's value of the decision's queue is the baseline of the advantage. PPO
 (clipped ratio, value loss, entropy bonus) updates the network. Same seed, same
 weights.
@@ -50,8 +50,9 @@ class PpoConfig:
                 raise ConfigError(name, getattr(self, name), "an integer >= 1")
 
 
-def build_net(seed: int, *, wait_bias: float = -3.0):
-    """A fresh actor-critic, initialised from ``seed`` (torch's own generator, not the global one)."""
+def build_net(seed: int, *, wait_bias: float = -3.0, num_features: int = NUM_FEATURES):
+    """A fresh actor-critic over ``num_features`` per job, initialised from ``seed`` (torch's own
+    generator, not the global one)."""
     import torch
     from torch import nn
 
@@ -60,7 +61,7 @@ def build_net(seed: int, *, wait_bias: float = -3.0):
 
         def __init__(self) -> None:
             super().__init__()
-            self.job = nn.Sequential(nn.Linear(NUM_FEATURES, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, HIDDEN), nn.Tanh())
+            self.job = nn.Sequential(nn.Linear(num_features, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, HIDDEN), nn.Tanh())
             self.score = nn.Linear(HIDDEN, 1)
             self.wait = nn.Linear(2 * HIDDEN + 1, 1)
             self.value = nn.Sequential(nn.Linear(2 * HIDDEN + 1, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, 1))
@@ -215,7 +216,7 @@ def _tensors(rollout: Rollout, idx: np.ndarray, max_picks: int) -> dict:
     import torch
 
     size = max(len(rollout.matrices[i]) for i in idx)
-    x = np.zeros((len(idx), size, NUM_FEATURES), dtype=np.float32)
+    x = np.zeros((len(idx), size, rollout.matrices[idx[0]].shape[1]), dtype=np.float32)
     present = np.zeros((len(idx), size), dtype=bool)
     valid = np.zeros((len(idx), size), dtype=bool)
     picks = np.full((len(idx), max_picks), -1, dtype=np.int64)

@@ -1,6 +1,7 @@
 """The ``rltune`` job policy: a learned (PPO) priority over observable features.
 
-Weights ship in the package (``rltune.pt``, written by ``benchmarks/train_rltune.py``).
+Weights ship in the package (``rltune.pt``, written by ``benchmarks/train_rltune.py``;
+they read the run-time-history features, fed by :meth:`RLTunePolicy.observe_finish`).
 Non-preemptive (as RLTune); places with the ``milp`` placer by default. With
 ``explore=True`` it samples its picks and records its decisions in ``rollout`` (for
 training); with ``fine_tune=True`` :meth:`RLTunePolicy.fine_tune` takes a small
@@ -8,6 +9,7 @@ PPO step (``PpoConfig.fine_tune_lr``) from the decisions recorded since the last
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
@@ -15,7 +17,8 @@ import numpy as np
 
 from trident.errors import ConfigError
 from trident.sched.base import JOB_POLICIES, SchedState
-from trident.sched.features import FeatureConfig, queue_features
+from trident.sched.features import HISTORY_FEATURE_NAMES, NUM_FEATURES, FeatureConfig, queue_features
+from trident.sched.predict import RunTimeHistory
 from trident.sched.rl import (NumpyActorCritic, PpoConfig, Rollout, act, build_net, episode_reward, ordering,
                               ppo_update)
 
@@ -33,7 +36,7 @@ def load_net(path: str | Path | None = None):
     else:
         data = Path(path).read_bytes()
     saved = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    net = build_net(0)
+    net = build_net(0, num_features=int(saved["job.0.weight"].shape[1]))
     net.load_state_dict(saved)
     net.eval()
     return net
@@ -41,7 +44,11 @@ def load_net(path: str | Path | None = None):
 
 class RLTunePolicy:
     """Learned priority. Keyword-only: ``weights`` (path, default the shipped file),
-    ``net`` (an actor-critic to use instead), ``explore``, ``fine_tune``, ``ppo``, ``features``."""
+    ``net`` (an actor-critic to use instead), ``explore``, ``fine_tune``, ``ppo``, ``features``.
+
+    A net that reads more than the nine base features reads the run-time-history ones
+    (``FeatureConfig(history=True)``); the policy then books every finished job's run
+    time (:meth:`observe_finish`) in ``history``."""
 
     name = "rltune"
     preemptive = False
@@ -63,6 +70,11 @@ class RLTunePolicy:
         self.episode = 0
         self._optimizer = None
         self._fast: NumpyActorCritic | None = None
+        self.history = RunTimeHistory()
+
+    def observe_finish(self, job, run_s: float) -> None:
+        """Book a finished job's run time (the simulator and ``JobScheduler`` call this)."""
+        self.history.observe(job, run_s)
 
     @property
     def net(self):
@@ -76,6 +88,11 @@ class RLTunePolicy:
         """The numpy copy the policy acts with."""
         if self._fast is None:
             self._fast = NumpyActorCritic.from_torch(self.net)
+            width = self._fast.params["job.0.weight"].shape[1]
+            if width not in (NUM_FEATURES, NUM_FEATURES + len(HISTORY_FEATURE_NAMES)):
+                raise ConfigError("net", f"{width} input features",
+                                  f"{NUM_FEATURES} or {NUM_FEATURES + len(HISTORY_FEATURE_NAMES)}")
+            self.features = replace(self.features, history=width > NUM_FEATURES)
         return self._fast
 
     def order(self, state: SchedState, rng: np.random.Generator) -> tuple[str, ...]:
@@ -83,11 +100,12 @@ class RLTunePolicy:
         only the picks when the policy chose to wait."""
         if not state.queued:
             return ()
-        qf = queue_features(state, self.features)
-        action = act(self.fast, qf, rng if self.explore else None, max_picks=self.ppo.max_picks)
+        fast = self.fast
+        qf = queue_features(state, self.features, self.history)
+        action = act(fast, qf, rng if self.explore else None, max_picks=self.ppo.max_picks)
         if self.explore or self.fine_tune_enabled:
             self.rollout.add(qf, action, self.episode)
-        ids = ordering(qf, action, self.fast)
+        ids = ordering(qf, action, fast)
         if action.waited:
             return ids
         seen = set(ids)

@@ -587,6 +587,9 @@ class JobScheduler:
             self._stop(r)
             if r.error is None:
                 self._finish(r, JobState.SUCCEEDED, "succeeded")
+                hook = getattr(self.policy, "observe_finish", None)
+                if hook is not None:  # its run time, setups left out
+                    hook(r.job, max(0.0, r.attained_s - sum(r.observed_setup_s)))
             else:
                 self._finish(r, JobState.FAILED, f"failed: {r.error!r}")
 

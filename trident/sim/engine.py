@@ -257,6 +257,7 @@ class Simulator:
         verdicts = {v.value: 0 for v in Verdict}
         decisions: list[tuple[float, str, str, str, str]] = []
         total_gpus = cluster.total_gpus_by_model()
+        finished_hook = getattr(self.policy, "observe_finish", None)
         sched = SchedulingPass(policy=self.policy, placer=self.placer, preemptor=self.preemptor,
                                predictor=self.predictor, rng=policy_rng, config=cfg.pass_config())
         preemptive = sched.preemptive
@@ -409,6 +410,8 @@ class Simulator:
                     r.state = _DONE
                     r.finish = now
                     r.view = None
+                    if finished_hook is not None:
+                        finished_hook(r.job, max(0.0, r.attained - r.setup_gpu_s / r.job.num_gpus))
                     done += 1
                     if progress is not None and done % progress_every == 0:
                         progress(done, total)
