@@ -653,22 +653,30 @@ def _typed_snapshot(k: int, *, detect_types=("A", "B"), embed_types=("A", "B"), 
                     cluster=ClusterView(cpus=16, gpus=8, gpus_by_type=(("A", 4.0), ("B", 4.0))))
 
 
-def _typed_plan(detect_types, per_actor=None):
+def _typed_problem(detect_types=("A", "B"), embed_types=("A", "B"), per_actor=None):
+    """(plannable operators, planning) after 30 s of :func:`_typed_snapshot`."""
     import numpy as np
 
-    from trident.plan.milp import solve_placement
     from trident.policies.trident import problem
     from trident.policies.trident.tracking import Observer
 
     settings = TridentSettings()
     observer = Observer(settings=settings, rng=np.random.default_rng(0), seed=0)
     for k in range(30):
-        snap = _typed_snapshot(k, detect_types=detect_types, per_actor=per_actor)
+        snap = _typed_snapshot(k, detect_types=detect_types, embed_types=embed_types, per_actor=per_actor)
         for o in snap.operators:
             observer.observe(o, snap.time_s)
     ops = problem.plannable(snap)
     planning = problem.build(snap, ops, observer.tracks, settings, None)
     assert planning.problem is not None, planning.why
+    return ops, planning
+
+
+def _typed_plan(detect_types, per_actor=None):
+    from trident.plan.milp import solve_placement
+    from trident.policies.trident import problem
+
+    ops, planning = _typed_problem(detect_types, per_actor=per_actor)
     result = solve_placement(planning.problem)
     return {t.name: t for t in problem.targets(ops, result.allocation)}, result
 
@@ -1175,21 +1183,9 @@ def test_a_pool_moved_to_a_type_it_never_ran_on_gets_partners_sized_for_its_upsi
     to A at its B rate (a prior); Detect, sized for that prior alone, would leave B's GPUs idle
     until Embed is measured on A. Embed may be as much faster there as Detect was between the
     types, so Detect takes the GPUs of B the plan leaves free."""
-    import numpy as np
-
     from trident.plan.milp import solve_placement
-    from trident.policies.trident import problem
-    from trident.policies.trident.tracking import Observer
 
-    settings = TridentSettings()
-    observer = Observer(settings=settings, rng=np.random.default_rng(0), seed=0)
-    for k in range(30):
-        snap = _typed_snapshot(k, embed_types=("B",))
-        for o in snap.operators:
-            observer.observe(o, snap.time_s)
-    ops = problem.plannable(snap)
-    planning = problem.build(snap, ops, observer.tracks, settings, None)
-    assert planning.problem is not None, planning.why
+    _, planning = _typed_problem(embed_types=("B",))
     embed = next(sp for sp in planning.problem.operators if sp.name == "embed")
     assert 3.0 <= embed.option("A").upside <= 5.0 and embed.option("B").upside == 1.0
     result = solve_placement(planning.problem)
