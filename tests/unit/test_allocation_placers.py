@@ -1,5 +1,5 @@
-"""The allocation experiment's fast FGD score against a direct computation; ``fgd-tight`` and the
-``milp`` placer in the experiment on small clusters with known outcomes."""
+"""The allocation experiment's fast FGD score against a direct computation; ``fgd-tight``, its
+two variants and the ``milp`` placer in the experiment on small clusters with known outcomes."""
 import numpy as np
 import pytest
 
@@ -67,6 +67,41 @@ def test_fgd_tight_puts_a_share_on_the_tightest_device_and_whole_gpus_as_fgd():
     for pod in (WHOLE, PodShape(1000, 10, 2, 1000), CPU):
         fgd = FragPlacer("fgd", typ, node_rank=np.array([0, 1]))
         assert tight.choose(n, pod, rng) == fgd.choose(n, pod, rng)
+
+
+def test_fgd_tight_shared_packs_shares_only_on_nodes_without_a_whole_free_gpu():
+    n = _nodes(4, 2)
+    n.place(0, PodShape(1000, 10, 1, 700), (2,))          # node 0: (1000, 1000, 300, 1000)
+    n.place(1, PodShape(1000, 10, 1, 400), (0,))          # node 1: (600, 500), no whole GPU
+    n.place(1, PodShape(1000, 10, 1, 500), (1,))
+    typ = typical_pods([SHARE, WHOLE, PodShape(1000, 10, 1, 250)], 1)
+    rng = np.random.default_rng(0)
+    pod = PodShape(1000, 10, 1, 250)
+    rank = np.array([0, 1])
+    # fgd-tight (and FGD) take node 0's 300; node 0 still has whole GPUs, so fgd-tight-shared
+    # ranks it as if its tightest device were whole and packs node 1's 500 instead
+    assert FragPlacer("fgd-tight", typ, node_rank=rank).choose(n, pod, rng) == (0, (2,))
+    assert FragPlacer("fgd-tight-shared", typ, node_rank=rank).choose(n, pod, rng) == (1, (1,))
+    for other in (WHOLE, CPU):
+        assert FragPlacer("fgd-tight-shared", typ, node_rank=rank).choose(n, other, rng) == \
+            FragPlacer("fgd", typ, node_rank=rank).choose(n, other, rng)
+
+
+def test_fgd_tight_tol_keeps_the_tight_choice_only_near_fgds_best_score():
+    n = NodeArrays([64000, 9500], [1 << 20] * 2, [4, 4], [0, 0])
+    n.place(0, PodShape(1000, 10, 1, 400), (1,))          # node 0: (1000, 600, 1000, 1000), 63 CPUs
+    n.place(1, PodShape(1000, 10, 1, 700), (2,))          # node 1: (1000, 1000, 300, 1000), 8.5 CPUs
+    typ = typical_pods([SHARE, WHOLE, PodShape(1000, 10, 1, 250)], 1)
+    rng = np.random.default_rng(0)
+    pod = PodShape(1000, 10, 1, 250)
+    rank = np.array([0, 1])
+    # the share leaves node 1 7.5 CPUs, too few for WHOLE (8): its 3 whole GPUs become
+    # fragmented and its FGD score drops to 29 against node 0's 49. fgd-tight still takes
+    # node 1's 300; fgd-tight-tol only looks at nodes within 1 point of 49, i.e. node 0
+    idx = np.flatnonzero(n.feasible(pod))
+    assert FragPlacer("fgd", typ, node_rank=rank)._fgd(n, pod, idx, rng)[0].tolist() == [49, 29]
+    assert FragPlacer("fgd-tight", typ, node_rank=rank).choose(n, pod, rng) == (1, (2,))
+    assert FragPlacer("fgd-tight-tol", typ, node_rank=rank).choose(n, pod, rng) == (0, (1,))
 
 
 def test_milp_packs_whole_gpus_onto_the_used_node_and_never_spans_nodes():

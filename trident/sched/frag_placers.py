@@ -24,6 +24,11 @@ to a random one:
   milli left on it), ties by FGD's score; other pods as FGD. (When the cluster fills, FGD
   leaves its free capacity as slivers of shared GPUs; packing shares tighter keeps more
   GPUs whole.)
+- ``fgd-tight-shared`` (ours): as ``fgd-tight``, but only on nodes without a whole free
+  GPU; a node that still has one is ranked as if its tightest device were whole (FGD
+  decides among those), so nodes with whole free GPUs stay whole for whole-GPU pods;
+- ``fgd-tight-tol`` (ours): as ``fgd-tight``, but only among the nodes whose FGD score is
+  within :data:`TIGHT_TOLERANCE` of the best; the others rank below them, as FGD.
 
 Fragmentation of a node for a *typical* pod ``t`` (one of the most frequent pod shapes, with
 frequency ``f_t``): if the node cannot host ``t`` (too few fitting GPUs, too few CPUs, or
@@ -41,7 +46,9 @@ from trident.errors import ConfigError
 MILLI = 1000
 MAX_CPU_MILLI = 128_000
 MAX_GPU_MILLI = 8_000
-PLACERS = ("random", "dotprod", "gpu-clustering", "gpu-packing", "best-fit", "fgd", "fgd-bestfit", "fgd-tight")
+PLACERS = ("random", "dotprod", "gpu-clustering", "gpu-packing", "best-fit", "fgd", "fgd-bestfit", "fgd-tight",
+           "fgd-tight-shared", "fgd-tight-tol")
+TIGHT_TOLERANCE = 1  # fgd-tight-tol: how far (score points, 0-100) below FGD's best a tight node may score
 TAGS = ("share", "1", "2", "4", "8", "other")
 
 
@@ -332,6 +339,27 @@ class FragPlacer:
             return score, dev
         free = np.where(nodes.gpu[idx] >= pod.gpu_milli, nodes.gpu[idx], 2 * MILLI)
         return (MILLI - free.min(axis=1) + pod.gpu_milli) * (MAX_SCORE + 1) + score, free.argmin(axis=1)
+
+    def _fgd_tight_shared(self, nodes, pod, idx, rng):
+        score, dev = self._fgd(nodes, pod, idx, rng)
+        if dev is None:
+            return score, dev
+        gpu = nodes.gpu[idx]
+        shared = ~(gpu >= MILLI).any(axis=1)
+        free = np.where(gpu >= pod.gpu_milli, gpu, 2 * MILLI)
+        tight = np.where(shared, free.min(axis=1), MILLI)
+        return (MILLI - tight + pod.gpu_milli) * (MAX_SCORE + 1) + score, \
+            np.where(shared, free.argmin(axis=1), dev)
+
+    def _fgd_tight_tol(self, nodes, pod, idx, rng):
+        score, dev = self._fgd(nodes, pod, idx, rng)
+        if dev is None:
+            return score, dev
+        near = score >= score.max() - TIGHT_TOLERANCE
+        free = np.where(nodes.gpu[idx] >= pod.gpu_milli, nodes.gpu[idx], 2 * MILLI)
+        rank = (MILLI - free.min(axis=1) + pod.gpu_milli) * (MAX_SCORE + 1) + score
+        return np.where(near, rank + 2 * MILLI * (MAX_SCORE + 1), score), \
+            np.where(near, free.argmin(axis=1), dev)
 
 
 MAX_SCORE = 100
