@@ -275,6 +275,19 @@ REPLICA_OVERHEAD_BYTES = 110 * 2**20
 """Resident memory of an idle Ray worker process beyond a stage's calibrated memory (estimate)."""
 
 
+def fits_memory(curves, cluster: Cluster):
+    """``fits(ocr, embed)``: whether that many model replicas (each its calibrated base memory
+    plus :data:`REPLICA_OVERHEAD_BYTES`) stay under the memory limit."""
+    per = {k: curves[k].base_bytes * cluster.memory_scale + REPLICA_OVERHEAD_BYTES for k in ("ocr", "embed")}
+    return lambda o, e: o * per["ocr"] + e * per["embed"] <= cluster.memory_limit_bytes
+
+
+def memory_splits(curves, cluster: Cluster) -> list[tuple[int, int]]:
+    """Every (OCR, embed) split of the GPUs, at least one replica each, that fits the memory limit."""
+    fits = fits_memory(curves, cluster)
+    return [(o, e) for o in range(1, cluster.gpus) for e in range(1, cluster.gpus - o + 1) if fits(o, e)]
+
+
 def oracle(workload: Workload, curves, cluster: Cluster, *, log) -> tuple[float, dict]:
     """Best feasible static split per phase (each phase run alone under every split, nothing
     killed; a split whose model replicas' peak USS exceeds the memory limit is infeasible).
@@ -284,9 +297,7 @@ def oracle(workload: Workload, curves, cluster: Cluster, *, log) -> tuple[float,
     for ph in workload.phases:
         blocks = items_of(workload, (ph,))
         times = {}
-        per = {k: curves[k].base_bytes * cluster.memory_scale + REPLICA_OVERHEAD_BYTES for k in ("ocr", "embed")}
-        fits = lambda o, e: o * per["ocr"] + e * per["embed"] <= cluster.memory_limit_bytes
-        for split in static_splits(cluster.gpus, fits):
+        for split in static_splits(cluster.gpus, fits_memory(curves, cluster)):
             m = run_once(workload, blocks, curves, cluster, policy=None, pools=((split[0],) * 2, (split[1],) * 2),
                          kill=False)
             feasible = not m.rows_lost and m.error is None and m.peak_model_uss_bytes <= cluster.memory_limit_bytes
@@ -301,17 +312,18 @@ def oracle(workload: Workload, curves, cluster: Cluster, *, log) -> tuple[float,
     return sum(b["wall_s"] for b in best.values()), best
 
 
+def _batch_seconds(rows: list[dict], curve: CostCurve, unit: str, batch_rows: int, time_scale: float) -> list[float]:
+    """Seconds of each batch of a stage over ``rows`` in consecutive batches of ``batch_rows``,
+    in order; a batch with no work costs nothing, as in the stand-in, and is left out."""
+    units = (sum(r[unit] for r in rows[i:i + batch_rows]) for i in range(0, len(rows), batch_rows))
+    return [curve.time_s(u) * time_scale for u in units if u > 0]
+
+
 def _stage_work_s(rows: list[dict], curve: CostCurve, unit: str, batch_rows: int,
                   time_scale: float) -> tuple[float, float]:
-    """(summed seconds, longest batch seconds) of a stage over ``rows`` in consecutive batches of
-    ``batch_rows`` (a batch with no work costs nothing, as in the stand-in)."""
-    total = longest = 0.0
-    for i in range(0, len(rows), batch_rows):
-        units = sum(r[unit] for r in rows[i:i + batch_rows])
-        if units > 0:
-            t = curve.time_s(units) * time_scale
-            total, longest = total + t, max(longest, t)
-    return total, longest
+    """(summed seconds, longest batch seconds) of a stage over ``rows`` (see :func:`_batch_seconds`)."""
+    batches = _batch_seconds(rows, curve, unit, batch_rows, time_scale)
+    return sum(batches), max(batches, default=0.0)
 
 
 def work_bound(workload: Workload, curves, cluster: Cluster) -> tuple[float, dict]:
@@ -322,7 +334,7 @@ def work_bound(workload: Workload, curves, cluster: Cluster) -> tuple[float, dic
     can beat it; ``ratio_to_bound`` says how close a policy came."""
     from trident.demos.measure import UNITS
 
-    per = {k: curves[k].base_bytes * cluster.memory_scale + REPLICA_OVERHEAD_BYTES for k in ("ocr", "embed")}
+    splits = memory_splits(curves, cluster)
     best, total = {}, 0.0
     for ph in workload.phases:
         blocks = items_of(workload, (ph,))
@@ -331,11 +343,8 @@ def work_bound(workload: Workload, curves, cluster: Cluster) -> tuple[float, dic
         cpu = sum(cpu_curve.time_s(sum(r[UNITS[workload.cpu_stage]] for r in b)) * cluster.time_scale for b in blocks)
         ocr, ocr_long = _stage_work_s(rows, curves["ocr"], "megapixels", workload.ocr_batch_size, cluster.time_scale)
         emb, emb_long = _stage_work_s(rows, curves["embed"], "chars", workload.embed_batch_size, cluster.time_scale)
-        times = {}
-        for o in range(1, cluster.gpus):
-            for e in range(1, cluster.gpus - o + 1):
-                if o * per["ocr"] + e * per["embed"] <= cluster.memory_limit_bytes:
-                    times[(o, e)] = max(cpu / max(cluster.cpus - o - e, 1), ocr / o, emb / e, ocr_long, emb_long)
+        times = {(o, e): max(cpu / max(cluster.cpus - o - e, 1), ocr / o, emb / e, ocr_long, emb_long)
+                 for o, e in splits}
         if not times:
             return float("inf"), {}
         split = min(times, key=times.get)
@@ -353,21 +362,16 @@ def in_order_bound(workload: Workload, curves, cluster: Cluster) -> float:
     :func:`work_bound`: with 5 OCR replicas the last 8 clips end in two rounds, not 8/5 of one."""
     import heapq
 
-    from trident.demos.measure import UNITS
-
-    per = {k: curves[k].base_bytes * cluster.memory_scale + REPLICA_OVERHEAD_BYTES for k in ("ocr", "embed")}
-    fits = [(o, e) for o in range(1, cluster.gpus) for e in range(1, cluster.gpus - o + 1)
-            if o * per["ocr"] + e * per["embed"] <= cluster.memory_limit_bytes]
-    if not fits:
+    splits = memory_splits(curves, cluster)
+    if not splits:
         return float("inf")
     rows = [r for b in items_of(workload) for r in b]
     worst = 0.0
-    for k, (stage, batch) in enumerate((("ocr", workload.ocr_batch_size), ("embed", workload.embed_batch_size))):
-        free = [0.0] * max(split[k] for split in fits)
-        for i in range(0, len(rows), batch):
-            units = sum(r[UNITS[stage]] for r in rows[i:i + batch])
-            if units > 0:
-                heapq.heapreplace(free, free[0] + curves[stage].time_s(units) * cluster.time_scale)
+    for k, (stage, unit, batch) in enumerate((("ocr", "megapixels", workload.ocr_batch_size),
+                                              ("embed", "chars", workload.embed_batch_size))):
+        free = [0.0] * max(split[k] for split in splits)
+        for t in _batch_seconds(rows, curves[stage], unit, batch, cluster.time_scale):
+            heapq.heapreplace(free, free[0] + t)
         worst = max(worst, max(free))
     return worst
 

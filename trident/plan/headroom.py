@@ -37,19 +37,17 @@ def with_headroom(problem: PlacementProblem, allocation: Allocation) -> tuple[Al
     up_cost, _ = change_costs(hopeful)
     counts = allocation.as_dict()
     start = dict(counts)
-    while True:
-        t = throughput_of(hopeful, Allocation.of(counts))
-        grow = _limiting(hopeful, counts, t)
-        if not grow:
-            break
+    t = throughput_of(hopeful, allocation)
+    while grow := _limiting(hopeful, counts, t):
         trial = dict(counts)
         for k in grow:
             trial[k] += 1
         if violations(problem, Allocation.of(trial)):
             break
-        if throughput_of(hopeful, Allocation.of(trial)) - t <= sum(up_cost.get(k, 0.0) for k in grow) + TOL:
+        t_trial = throughput_of(hopeful, Allocation.of(trial))
+        if t_trial - t <= sum(up_cost.get(k, 0.0) for k in grow) + TOL:
             break
-        counts = trial
+        counts, t = trial, t_trial
     if counts == start:
         return allocation, []
     grown = ", ".join(f"{k[0]} {start[k]} -> {counts[k]}" for k in counts if counts[k] != start[k])

@@ -46,7 +46,7 @@ def solve_placement(problem: PlacementProblem, *, solver: str | None = None) -> 
     notes: list[str] = []
     try:
         found, status, note = _solve_aggregated(problem, name)
-        if found is not None and not violations(problem, found):
+        if found is not None:
             found, notes = with_headroom(problem, found)
         if found is not None and problem.bin_packing:
             found, status, note = _place_on_nodes(problem, found, status, name)
