@@ -25,9 +25,16 @@ contenders (after a short warm-up pipeline), each distinct pipeline and one trai
 of each kind (plain task, checkpointing trainable) run alone on the cluster through the same
 ``JobScheduler``; a pipeline's setup is its start to its first warm actor pool, a training
 job's is its declared setup plus the launch overhead seen. The simulator on the declared
-figures is reported beside it (``simulated_declared``).
+figures is reported beside it (``simulated_declared``). A pipeline's re-warm in the simulator
+is the one observed in the solo runs (``calibration.pipeline_rewarm_s``).
+
+``--sim-only`` starts no Ray: the simulator on the last real run's calibration, on the nominal
+scenario and ``--variants`` perturbed ones (arrivals moved by up to 2 s, run times by up to 10%,
+seeded), with ``--search N`` the best of N random priority orders per variant as a reference;
+writes ``job_layer_sim_variants.json``.
 
     python benchmarks/job_layer_real.py            # ~6 min on a 2-core machine
+    python benchmarks/job_layer_real.py --sim-only --variants 20 --search 500 --contenders fifo,tiresias/eager,trident,oracle
 """
 from __future__ import annotations
 
@@ -142,6 +149,10 @@ def plug_ins(name: str):
     if name == "tiresias/eager":
         return TiresiasPolicy(thresholds_gpu_s=(3600 * SCALE, 36000 * SCALE), min_promote_wait_s=3600 * SCALE), \
             EagerPreemptor()
+    if name == "oracle":  # simulator only: SRTF on the true remaining times, eager, elastic pipelines
+        from trident.sched.baselines import SrtfPolicy
+
+        return SrtfPolicy(), EagerPreemptor()
     return RLTunePolicy(), LazyPreemptor(checkpoint_restore_s=30 * SCALE, default_setup_s=300 * SCALE,
                                          min_recheck_s=300 * SCALE, max_recheck_s=3600 * SCALE,
                                          prior=RuntimePrior.philly(scale=SCALE), max_waste_fraction=0.5)
@@ -155,9 +166,13 @@ def parallel_fraction(a: Arrival, calib: dict | None) -> float:
     return min(1.0, pipeline_seconds(a.rows, a.gpus) / max(calib["pipelines"][f"{a.rows}x{a.gpus}"][1], 1e-3))
 
 
+ELASTIC = ("trident", "oracle", "best-order")
+"""Contenders whose pipelines are elastic and whose training jobs checkpoint."""
+
+
 def min_gpus(name: str, a: Arrival) -> int:
-    """A pipeline's minimum GPUs: elastic down to ``a.min_gpus`` under trident, else its maximum."""
-    return a.min_gpus if name == "trident" else a.gpus
+    """A pipeline's minimum GPUs: elastic down to ``a.min_gpus`` under :data:`ELASTIC`, else its maximum."""
+    return a.min_gpus if name in ELASTIC else a.gpus
 
 
 def run_real(name: str, stage, calib: dict | None = None) -> dict:
@@ -230,6 +245,7 @@ def calibrate(stage) -> dict:
     from trident.sched.scheduler import JobScheduler
 
     out: dict = {"pipelines": {}, "train_overhead_s": {}}
+    rewarms: list[float] = []
     probe = min((a for a in WORKLOAD if a.steps), key=lambda a: a.steps)
     widest = max((a for a in WORKLOAD if a.rows), key=lambda a: a.gpus)
     # a short pipeline first, not measured: the first one on a fresh cluster starts its worker
@@ -255,23 +271,39 @@ def calibrate(stage) -> dict:
             warm = [t for t, e in r.events if e.startswith("warm")]
             setup = (warm[0] - r.started_at) if warm else 0.0
             out["pipelines"][f"{a.rows}x{a.gpus}"] = (round(setup, 2), round(wall - setup, 2))
+            rewarms += r.observed_setup_s[1:]  # the first is the declared setup, then Run.rewarm_s
         else:
             out["train_overhead_s"][kind] = round(max(0.0, wall - a.setup_s - a.steps * STEP_S), 2)
+    out["pipeline_rewarm_s"] = round(float(np.median(rewarms)), 2) if rewarms else 2.0  # else the declared
     return out
 
 
-def run_sim(name: str, calib: dict | None) -> dict:
+def observed_rewarm_s(doc: dict) -> float:
+    """A pipeline's re-warm (s) in a result document: its calibration's, else the median of the
+    pipelines' re-warms seen in the contenders' runs (each ``warm`` event after a pipeline's first)."""
+    if "pipeline_rewarm_s" in doc["calibration"]:
+        return doc["calibration"]["pipeline_rewarm_s"]
+    seen = [float(e.split("actors started in ")[1].split(" s")[0]) for r in doc["rows"]
+            for name, events in r["events"].items() if name.startswith("pipe")
+            for e in [e for e in events if " warm (" in e][1:]]
+    return round(float(np.median(seen)), 2)
+
+
+def run_sim(name: str, calib: dict | None, workload: tuple[Arrival, ...] = WORKLOAD,
+            run_scale: dict[str, float] | None = None, plugs: tuple | None = None) -> dict:
     """The contender in the simulator, on the observed setups and durations of ``calib`` (the
     declared ones when ``None``). A pipeline is an elastic job between :func:`min_gpus` and its
     maximum; its parallel fraction is the cost curve's share of its run time at its maximum
     (1 on the declared figures, where the curve is its run time). A training job restarts from
-    zero when preempted unless it is trident's (a trainable that checkpoints)."""
+    zero when preempted unless it is trident's (a trainable that checkpoints). ``workload`` and
+    ``run_scale`` (job name -> factor on its run time) give a perturbed variant; ``plugs`` (policy,
+    preemptor) replaces the contender's."""
     from trident.sched.base import Job, Node
     from trident.sched.placement import FirstFitPlacer
     from trident.sim.engine import EngineConfig, SetupModel, Simulator
     from trident.sim.metrics import summarize
 
-    policy, preemptor = plug_ins(name)
+    policy, preemptor = plugs or plug_ins(name)
     nodes = [Node("a", "A", 4, cpus=6), Node("b", "B", 4, cpus=6)]
 
     def times(a: Arrival) -> tuple[float, float]:
@@ -279,18 +311,19 @@ def run_sim(name: str, calib: dict | None) -> dict:
             return (2.0, pipeline_seconds(a.rows, a.gpus)) if a.rows else (a.setup_s, a.steps * STEP_S)
         if a.rows:
             return tuple(calib["pipelines"][f"{a.rows}x{a.gpus}"])
-        kind = "trainable" if name == "trident" else "plain"
+        kind = "trainable" if name in ELASTIC else "plain"
         return a.setup_s + calib["train_overhead_s"][kind], a.steps * STEP_S
 
     jobs = []
-    for a in WORKLOAD:
+    for a in workload:
         setup_s, run_s = times(a)
-        run_s = max(run_s, 1e-3)
+        run_s = max(run_s * (run_scale or {}).get(a.name, 1.0), 1e-3)
         if a.rows:  # elastic, as run_real submits it; the cost curve's GPU time is what its GPUs divide
             shape = dict(num_gpus=min_gpus(name, a), max_gpus=a.gpus, gpu_models=("B",),
-                         parallel_fraction=parallel_fraction(a, calib))
+                         parallel_fraction=parallel_fraction(a, calib),
+                         rewarm_s=None if calib is None else calib["pipeline_rewarm_s"])
         else:  # trident's training jobs checkpoint; the others' are Ray tasks, killed and restarted from zero
-            shape = dict(num_gpus=a.gpus, checkpoints=name == "trident")
+            shape = dict(num_gpus=a.gpus, checkpoints=name in ELASTIC)
         jobs.append(Job(job_id=a.name, arrival_s=a.at_s, duration_s=run_s, setup_s=setup_s, **shape))
     res = Simulator(nodes=nodes, policy=policy, placer=FirstFitPlacer(), preemptor=preemptor,
                     config=EngineConfig(setup=SetupModel(kind="none"), restore_s=30 * SCALE, tick_s=300 * SCALE)
@@ -301,6 +334,70 @@ def run_sim(name: str, calib: dict | None) -> dict:
             "makespan_s": round(float(m["makespan_s"]), 2), "preemptions": int(m["preemptions"]),
             "futile_preemptions": int(m["futile_preemptions"]), "wasted_gpu_pct": round(float(m["wasted_gpu_pct"]), 2),
             "jobs": len(jobs)}
+
+
+def variant(seed: int, jitter_s: float = 2.0, run_spread: float = 0.10) -> tuple[tuple[Arrival, ...], dict]:
+    """A perturbed copy of the workload: each arrival moved by up to ``jitter_s`` s (not before 0),
+    each run time scaled by a factor in ``1 +- run_spread`` (uniform, seeded)."""
+    rng = np.random.default_rng(seed)
+    shift = rng.uniform(-jitter_s, jitter_s, len(WORKLOAD))
+    scale = rng.uniform(1 - run_spread, 1 + run_spread, len(WORKLOAD))
+    arrivals = tuple(Arrival(**{**a.__dict__, "at_s": round(max(0.0, a.at_s + d), 3)}) for a, d in zip(WORKLOAD, shift))
+    return arrivals, {a.name: float(f) for a, f in zip(WORKLOAD, scale)}
+
+
+class StaticPriority:
+    """Preemptive: queued and running jobs by a fixed rank (job name -> rank, lowest first)."""
+
+    name = "static-priority"
+    preemptive = True
+    oracle = False
+    placer = "first-fit"
+
+    def __init__(self, rank: dict[str, int]) -> None:
+        self.rank = rank
+
+    def order(self, state, rng) -> tuple[str, ...]:
+        return tuple(sorted([*(v.job_id for v in state.queued), *state.running], key=self.rank.__getitem__))
+
+
+def best_order(calib: dict, workload: tuple[Arrival, ...], run_scale: dict | None, tries: int, seed: int) -> dict:
+    """The best of ``tries`` random fixed priority orders (seeded), each replayed with eager
+    preemption, elastic pipelines and checkpoints: a reference for what an order could reach."""
+    from trident.sched.preempt import EagerPreemptor
+
+    rng = np.random.default_rng(seed)
+    best: dict = {}
+    for _ in range(tries):
+        rank = {a.name: int(r) for a, r in zip(workload, rng.permutation(len(workload)))}
+        row = run_sim("best-order", calib, workload, run_scale, plugs=(StaticPriority(rank), EagerPreemptor()))
+        if not best or row["avg_jct_s"] < best["avg_jct_s"]:
+            best = {**row, "order": sorted(rank, key=rank.__getitem__)}
+    return best
+
+
+def sim_variants(names: list[str], calib: dict, count: int, seed: int = 0, tries: int = 0) -> dict:
+    """Every contender in the simulator on ``count`` perturbed variants (:func:`variant`, seeds
+    ``seed``..), with ``best-order`` (:func:`best_order` of ``tries`` orders) when ``tries``: per
+    variant the average JCTs (s), and the median / min / max of the ratios of avg JCT ``a/b``
+    (b's JCT over a's: above 1, b is better)."""
+    rows = []
+    names = [*names, "best-order"] if tries else names
+    for i in range(count):
+        workload, run_scale = variant(seed + i)
+        rows.append({"seed": seed + i, **{n: best_order(calib, workload, run_scale, tries, seed + i)
+                                          if n == "best-order" else run_sim(n, calib, workload, run_scale)
+                                          for n in names}})
+    pairs = [(a, b) for a, b in (("tiresias/eager", "trident"), ("fifo", "trident"), ("fifo", "oracle"),
+                                 ("fifo", "best-order"), ("trident", "oracle"), ("trident", "best-order"),
+                                 ("tiresias/eager", "best-order")) if a in names and b in names]
+    ratios = {}
+    for a, b in pairs:
+        r = np.array([v[a]["avg_jct_s"] / v[b]["avg_jct_s"] for v in rows])
+        ratios[f"{a}/{b}"] = {"median": round(float(np.median(r)), 3), "min": round(float(r.min()), 3),
+                              "max": round(float(r.max()), 3), "at_least_1.5": int((r >= 1.5).sum())}
+    return {"variants": rows, "ratios": ratios,
+            "avg_jct_s": {n: round(float(np.median([v[n]["avg_jct_s"] for v in rows])), 2) for n in names}}
 
 
 def start_cluster():
@@ -343,11 +440,41 @@ def plot(doc: dict, path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
+def sim_only(args) -> int:
+    """``--sim-only``: the nominal scenario and ``--variants`` perturbed ones in the simulator,
+    on the observed setups and durations of the last real run; writes job_layer_sim_variants.json."""
+    real = json.loads((OUT / "job_layer_real.json").read_text())
+    calib = {**real["calibration"], "pipeline_rewarm_s": observed_rewarm_s(real)}
+    names = args.contenders.split(",")
+    doc = {"benchmark": "job_layer_sim_variants", "calibration": calib, "seed": args.seed,
+           "perturbation": {"arrival_jitter_s": 2.0, "run_time_spread": 0.10},
+           "nominal": {n: run_sim(n, calib) for n in names},
+           **sim_variants(names, calib, args.variants, args.seed, args.search)}
+    if args.search:
+        doc["nominal"]["best-order"] = best_order(calib, WORKLOAD, None, args.search, args.seed)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "job_layer_sim_variants.json").write_text(json.dumps(doc, indent=2) + "\n")
+    print("nominal avg JCT (s): " + ", ".join(f"{n} {r['avg_jct_s']:.1f}" for n, r in doc["nominal"].items()))
+    print(f"median avg JCT over {args.variants} variants (s): {doc['avg_jct_s']}")
+    for k, v in doc["ratios"].items():
+        print(f"{k:>24}: median {v['median']:.3f}  min {v['min']:.3f}  max {v['max']:.3f}  >=1.5 in {v['at_least_1.5']}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--contenders", default="fifo,tiresias/eager,trident")
+    ap.add_argument("--sim-only", action="store_true",
+                    help="no Ray: the simulator on the calibration of the last real run (job_layer_real.json)")
+    ap.add_argument("--variants", type=int, default=20, help="perturbed variants with --sim-only")
+    ap.add_argument("--search", type=int, default=0,
+                    help="with --sim-only: best of this many random priority orders per variant (best-order)")
+    ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    if args.sim_only:
+        return sim_only(args)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 

@@ -40,6 +40,16 @@ def test_history_estimates_by_class_then_application():
         h.observe(_job("f", "bert"), -1.0)
 
 
+def test_history_keeps_pipelines_and_rigid_jobs_apart():
+    h = RunTimeHistory()
+    h.observe(replace(_job("pipe", "", 1.0), max_gpus=4.0), 16.0)
+    assert h.estimate_s(_job("train", "", 1.0)) is None          # a pipeline's run says nothing of it
+    assert h.estimate_s(_job("train", "", 2.0)) is None
+    assert h.estimate_s(replace(_job("pipe-2", "", 1.0), max_gpus=2.0)) == 16.0
+    h.observe(_job("t", "", 1.0), 8.0)
+    assert h.estimate_s(_job("train", "", 2.0)) == 8.0
+
+
 def test_history_keeps_the_most_recent_runs_of_a_class():
     h = RunTimeHistory(max_per_class=2)
     for run in (10.0, 1000.0, 1000.0):

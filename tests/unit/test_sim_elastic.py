@@ -1,7 +1,7 @@
 """Elastic jobs (pipelines) in the simulator: lent free GPUs up to their maximum while no job
 waits, shrunk to their minimum when evicted, grown back when GPUs free up; progress in
 proportion to their warm GPUs (Amdahl with a parallel fraction), lent GPUs warm after a
-re-warm of ``setup_s``. Times are hand-computed: ``duration_s`` is the run time at max_gpus."""
+re-warm of ``rewarm_s`` (else ``setup_s``). Times are hand-computed: ``duration_s`` is the run time at max_gpus."""
 import numpy as np
 import pytest
 
@@ -9,7 +9,7 @@ from trident.errors import ConfigError
 from trident.sched.base import Job, Node
 from trident.sched.baselines import FifoPolicy, SrtfPolicy
 from trident.sched.placement import FirstFitPlacer
-from trident.sched.preempt import EagerPreemptor, NeverPreemptor
+from trident.sched.preempt import EagerPreemptor, LazyPreemptor, NeverPreemptor
 from trident.sim.engine import EngineConfig, SetupModel, Simulator
 
 NO_SETUP = EngineConfig(setup=SetupModel(kind="none"), restore_s=0.0)
@@ -21,9 +21,9 @@ def _run(jobs, preemptor=None, policy=None, nodes=NODE):
                      preemptor=preemptor or EagerPreemptor(), config=NO_SETUP).run(jobs)
 
 
-def _pipe(setup_s=0.0, parallel_fraction=1.0):
+def _pipe(setup_s=0.0, parallel_fraction=1.0, rewarm_s=None):
     return Job(job_id="pipe", arrival_s=0.0, duration_s=100.0, num_gpus=1.0, max_gpus=4.0, setup_s=setup_s,
-               parallel_fraction=parallel_fraction)
+               parallel_fraction=parallel_fraction, rewarm_s=rewarm_s)
 
 
 def _train(gpus, arrival_s=20.0):
@@ -60,6 +60,20 @@ def test_shrunk_to_its_minimum_it_grows_back_after_the_job_ends_and_pays_a_rewar
     assert _at(r, "finish_s", "train") == pytest.approx(50.0)
     assert _at(r, "futile_preemptions", "pipe") == 0
     assert _at(r, "wasted_gpu_s", "pipe") == pytest.approx(3 * 4.0)  # the re-warm of 3 GPUs
+
+
+def test_lent_gpus_warm_after_its_rewarm_not_its_setup():
+    r = _run([_pipe(rewarm_s=4.0), _train(3.0)])
+    # 0-4 s on its 1 GPU (no setup) while the 3 lent warm: 1 s of work; 4-20 s at 4: 16; 20-50 s
+    # at 1: 7.5; grown back at 50 s, warm at 54 s (1 more); the last 74.5 s from 54 s.
+    assert _at(r, "finish_s", "pipe") == pytest.approx(128.5)
+    assert _at(r, "wasted_gpu_s", "pipe") == pytest.approx(3 * 4.0)  # the second re-warm of 3 GPUs
+
+
+def test_the_lazy_preemptor_prices_its_shrink_with_its_rewarm():
+    lazy = LazyPreemptor(checkpoint_restore_s=0.0, min_recheck_s=1.0, max_recheck_s=10.0)
+    r = _run([_pipe(setup_s=0.1, rewarm_s=4.0), _train(3.0)], preemptor=lazy)
+    assert "swap(s) of 4 s" in r.decisions[0][4]
 
 
 def test_its_parallel_fraction_sets_its_rate_below_its_maximum():
@@ -112,7 +126,7 @@ def test_elastic_jobs_that_cannot_grow_replay_as_rigid_jobs():
 
 
 @pytest.mark.parametrize("field, value", [("max_gpus", 0.0), ("max_gpus", 2.5), ("parallel_fraction", 0.0),
-                                          ("parallel_fraction", 1.5)])
+                                          ("parallel_fraction", 1.5), ("rewarm_s", -1.0)])
 def test_bad_elastic_fields_name_the_field(field, value):
     with pytest.raises(ConfigError, match=field):
         Job(job_id="p", arrival_s=0.0, duration_s=1.0, num_gpus=1.0, **{field: value})

@@ -50,6 +50,8 @@ class Job:
     its run time at ``max_gpus`` (``None``: a rigid job). ``parallel_fraction`` (p) is the
     share of that run time its GPUs divide (Amdahl): at g GPUs an elastic job runs
     ``duration_s * ((1 - p) + p * max_gpus / g)``; 1.0: in proportion to its GPUs.
+    ``rewarm_s`` (elastic only) is the seconds a GPU lent to it takes to become warm (its
+    actors start: what a shrink costs when it grows back); ``None``: ``setup_s``.
     """
 
     job_id: str
@@ -68,6 +70,7 @@ class Job:
     setup_s: float | None = None
     max_gpus: float | None = None
     parallel_fraction: float = 1.0
+    rewarm_s: float | None = None
     checkpoints: bool = True
     """Its progress survives a preemption (the simulator's default); ``False``: a preemption
     restarts it from zero, as killing a Ray task does."""
@@ -87,6 +90,8 @@ class Job:
         if self.max_gpus is not None and not (math.isfinite(self.max_gpus) and self.max_gpus >= g
                                               and float(self.max_gpus).is_integer()):
             raise ConfigError(f"{self.job_id}.max_gpus", self.max_gpus, f"None or a whole number >= num_gpus ({g})")
+        if self.rewarm_s is not None and not (math.isfinite(self.rewarm_s) and self.rewarm_s >= 0):
+            raise ConfigError(f"{self.job_id}.rewarm_s", self.rewarm_s, "None or a finite number >= 0")
         if not 0 < self.parallel_fraction <= 1:
             raise ConfigError(f"{self.job_id}.parallel_fraction", self.parallel_fraction, "a number in (0, 1]")
         for m, s in self.speed_by_model.items():

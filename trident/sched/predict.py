@@ -116,20 +116,21 @@ class RunTimeHistory:
     """Run times of finished jobs by class: an observable estimate of a queued job's run time.
 
     A job's class is its ``user`` field (the application, job type or user a trace
-    carries) and its GPU count; :meth:`observe` books a finished job's run time on the
+    carries), whether it is elastic (a pipeline's run time says nothing of a training
+    job's) and its GPU count; :meth:`observe` books a finished job's run time on the
     reference GPU (known once it has finished, as any scheduler knows when a job ended).
     :meth:`estimate_s` answers with the median run time of the finished jobs of the same
-    class, else of the same ``user`` at any GPU count, else ``None``. A queued job's own
-    duration is never read. ``max_per_class`` keeps the most recent run times of a class.
+    class, else of the same ``user`` and kind at any GPU count, else ``None``. A queued job's
+    own duration is never read. ``max_per_class`` keeps the most recent run times of a class.
     """
 
     def __init__(self, *, max_per_class: int = 64) -> None:
         if max_per_class < 1:
             raise ConfigError("max_per_class", max_per_class, "an integer >= 1")
         self.max_per_class = max_per_class
-        self._by_class: dict[tuple[str, float], list[float]] = {}
-        self._by_user: dict[str, list[float]] = {}
-        self._cache: dict[tuple[str, float], float | None] = {}
+        self._by_class: dict[tuple[str, bool, float], list[float]] = {}
+        self._by_user: dict[tuple[str, bool], list[float]] = {}
+        self._cache: dict[tuple[str, bool, float], float | None] = {}
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._by_class.values())
@@ -143,16 +144,17 @@ class RunTimeHistory:
         """Book ``job`` (a :class:`~trident.sched.base.Job`) as finished after ``run_s`` seconds of work."""
         if not (run_s >= 0 and np.isfinite(run_s)):
             raise ConfigError("run_s", run_s, "a finite number of seconds >= 0")
-        for book, key in ((self._by_class, (job.user, float(job.num_gpus))), (self._by_user, job.user)):
+        kind = (job.user, job.elastic)
+        for book, key in ((self._by_class, (*kind, float(job.num_gpus))), (self._by_user, kind)):
             runs = book.setdefault(key, [])
             runs.append(float(run_s))
             del runs[: -self.max_per_class]
         self._cache.clear()
 
     def estimate_s(self, job) -> float | None:
-        """Median run time of finished jobs of ``job``'s class (then of its ``user``), or ``None``."""
-        key = (job.user, float(job.num_gpus))
+        """Median run time of finished jobs of ``job``'s class (then of its ``user`` and kind), or ``None``."""
+        key = (job.user, job.elastic, float(job.num_gpus))
         if key not in self._cache:
-            runs = self._by_class.get(key) or self._by_user.get(job.user)
+            runs = self._by_class.get(key) or self._by_user.get(key[:2])
             self._cache[key] = float(np.median(runs)) if runs else None
         return self._cache[key]

@@ -21,8 +21,9 @@ and evicting it shrinks it to its minimum (it keeps running, nothing is lost). I
 progress rate follows its warm GPUs (:mod:`trident.sim.progress`): ``duration_s`` is its
 run time at ``max_gpus``; at g warm GPUs it progresses at g / ``max_gpus`` of that rate
 (less of a slow-down when its ``parallel_fraction`` is below 1: Amdahl). Lent GPUs are warm
-``setup_s`` after they are lent (their actors start), so a shrink costs a re-warm when it
-grows back, and the job is setting up (for preemptors) until then. Remaining work is
+``Job.rewarm_s`` (else ``setup_s``) after they are lent (their actors start), so a shrink costs
+a re-warm when it grows back, and the job is setting up (for preemptors) until then; preemptors
+expect that re-warm as its setup, as ``JobScheduler`` does once it has observed one. Remaining work is
 integrated at each resize and its end rescheduled.
 
 Deterministic: one seed fixes the setup times drawn and the policy's RNG.
@@ -134,7 +135,7 @@ class SimResult:
 
 
 class _Run:
-    __slots__ = ("job", "setup_s", "remaining", "state", "enqueued_at", "wait", "attained", "start_at",
+    __slots__ = ("job", "setup_s", "rewarm_s", "remaining", "state", "enqueued_at", "wait", "attained", "start_at",
                  "setup_end", "alloc", "speed", "preemptions", "futile", "setup_gpu_s", "first_start",
                  "finish", "version", "view", "shape", "width", "groups", "progress_at", "base", "extra",
                  "lost_gpu_s")
@@ -142,6 +143,8 @@ class _Run:
     def __init__(self, job: Job, setup_s: float) -> None:
         self.job = job
         self.setup_s = setup_s
+        self.rewarm_s = setup_s if job.rewarm_s is None else job.rewarm_s
+        """Seconds a lent GPU takes to be warm; an elastic job's expected setup for preemptors."""
         self.remaining = job.duration_s
         self.state = _QUEUED
         self.enqueued_at = job.arrival_s
@@ -207,16 +210,21 @@ class Simulator:
         self._oracle = bool(getattr(policy, "oracle", False) or getattr(preemptor, "oracle", False))
 
     # --- views ---------------------------------------------------------------------
+    @staticmethod
+    def _expected_setup_s(r: _Run) -> float:
+        return r.rewarm_s if r.job.elastic else r.setup_s
+
     def _queued_view(self, r: _Run) -> JobView:
         return JobView(job=r.job, running=False, as_of_s=r.enqueued_at, wait_base_s=r.wait,
-                       attained_base_s=r.attained, expected_setup_s=r.setup_s, preemptions=r.preemptions,
+                       attained_base_s=r.attained, expected_setup_s=self._expected_setup_s(r),
+                       preemptions=r.preemptions,
                        remaining_base_s=r.remaining if self._oracle else None)
 
     def _running_view(self, r: _Run) -> JobView:
         # The oracle's remaining time: exact as of the last resize, then falling at full width.
         remaining = r.remaining + max(0.0, r.progress_at - r.setup_end) * r.speed
         return JobView(job=r.job, running=True, as_of_s=r.start_at, wait_base_s=r.wait,
-                       attained_base_s=r.attained, setup_ends_s=r.setup_end, expected_setup_s=r.setup_s,
+                       attained_base_s=r.attained, setup_ends_s=r.setup_end, expected_setup_s=self._expected_setup_s(r),
                        preemptions=r.preemptions, allocation=r.alloc, speed=r.speed,
                        remaining_base_s=remaining if self._oracle else None)
 
@@ -339,9 +347,9 @@ class Simulator:
                 advance(r, now)
                 g = held_gpus(r.job, extra) - held_gpus(r.job, r.extra)
                 r.alloc, r.extra = combine(r.base, extra), extra
-                r.setup_end = now + r.setup_s
+                r.setup_end = now + r.rewarm_s
                 r.groups.append((r.setup_end, g))
-                r.setup_gpu_s += r.setup_s * g
+                r.setup_gpu_s += r.rewarm_s * g
                 resized(r)
 
         def evict(job_ids: Sequence[str], now: float, reason: str) -> None:
@@ -442,7 +450,7 @@ class Simulator:
 
         num_gpus = np.array([r.job.num_gpus for r in runs], dtype=float)
         setup_gpu = arr("setup_gpu_s")
-        needed = np.array([r.setup_s * r.width for r in runs])
+        needed = np.array([r.setup_s * r.job.num_gpus + r.rewarm_s * (r.width - r.job.num_gpus) for r in runs])
         return SimResult(
             policy=getattr(self.policy, "name", type(self.policy).__name__),
             placer=getattr(self.placer, "name", type(self.placer).__name__),
