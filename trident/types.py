@@ -98,6 +98,10 @@ class OperatorSnapshot:
     heap_live_per_replica_bytes: int | None = None
     """Largest memory of one replica running a task, read now from outside (bytes; actor pools
     on the driver's node only): a lower bound of that task's peak, known before it finishes."""
+    heap_rest_per_replica_bytes: int | None = None
+    """Smallest memory of one of this pool's actors read as it came up, before its first task
+    (bytes; actor pools on the driver's node only): what its constructor left, a part of a
+    replica's memory that does not grow with the batch."""
     busy_s: float | None = None
     """Cumulative replica-seconds spent executing tasks, as the workers measured them (for true
     per-replica rates, DS2)."""

@@ -1,12 +1,15 @@
 """A pool stand-in whose memory Ray Data learns only when a task ends: each batch holds ``mib``
-MiB for ``hold_s`` seconds. A test module using it registers this module for pickling by value
+MiB for ``hold_s`` seconds (and the replica ``rest_mib`` MiB from its constructor on, as a model). A test module using it registers this module for pickling by value
 (Ray's workers cannot import it)."""
 import time
 
 
 class HoldsMemory:
-    def __init__(self, mib: int, hold_s: float) -> None:
+    def __init__(self, mib: int, hold_s: float, rest_mib: int = 0) -> None:
+        import numpy as np
+
         self.mib, self.hold_s = mib, hold_s
+        self.weights = np.ones(rest_mib * 2**20, dtype=np.uint8)
 
     def __call__(self, batch):
         import numpy as np

@@ -185,3 +185,17 @@ def test_a_fit_is_deferred_while_the_model_loads_in_another_thread(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", half)
     with single_threaded():
         pass
+
+
+def test_a_replica_at_rest_bounds_only_the_part_above_it_by_the_batch_ratio():
+    # 2 GB of weights at rest, 0.5 GB more at batch 8: batch 32 is bounded by 2 + 4 x 0.5 GB, not 4 x 2.5 GB
+    one = [Observation(Knobs(8, 1, "cpu"), 30.0, 2.5e9)]
+    plain, rested, over = (SafeBayesOpt(space=SPACE, memory_limit_bytes=64e9, initial=INITIAL, max_batch_growth=4.0,
+                                        rest_memory_bytes=rest) for rest in (0.0, 2e9, 9e9))
+    at32 = [Knobs(32, 1, "cpu")]
+    assert plain.memory_upper_bytes(at32, one)[0] == pytest.approx(4 * 2.5e9 * 1.03)
+    assert rested.memory_upper_bytes(at32, one)[0] == pytest.approx((2e9 + 4 * 0.5e9) * 1.03)
+    # a reading at rest above the measured batch's is inconsistent: the batch ratio bounds it all
+    assert over.memory_upper_bytes(at32, one)[0] == pytest.approx(4 * 2.5e9 * 1.03)
+    with pytest.raises(ConfigError, match="rest_memory_bytes"):
+        SafeBayesOpt(space=SPACE, memory_limit_bytes=64e9, initial=INITIAL, rest_memory_bytes=-1.0)

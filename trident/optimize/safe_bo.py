@@ -12,7 +12,8 @@ batch size alone:
 * a structural bound must hold as well: memory per replica is assumed to be a fixed part
   plus a part that grows at most proportionally to the batch, and ever more slowly, so above
   an observed batch it is at most the observed value (plus ``memory_margin``) times the batch
-  ratio and, once two batches are seen, at most the steepest secant between them carried on;
+  ratio (only its part above ``rest_memory_bytes``, what a replica holds at rest, when that is
+  known) and, once two batches are seen, at most the steepest secant between them carried on;
   below an observed batch it is at most that batch's value (a GP fitted to two or three noisy
   points can be overconfident; this bound cannot be);
 * the safe set grows by at most ``max_batch_growth`` x the largest batch seen on the
@@ -85,7 +86,9 @@ class SafeBayesOpt:
     """Safe BO over a :class:`KnobSpace` under ``memory_limit_bytes`` (see the module docstring).
 
     ``initial`` is the known-safe configuration running now; ``fixed_memory_bytes`` is
-    memory used regardless of the knobs (counted against the limit); ``beta`` the width of
+    memory used regardless of the knobs (counted against the limit); ``rest_memory_bytes`` what
+    one replica holds at rest, before its first batch (a part of its memory that does not grow
+    with the batch; 0 when unknown); ``beta`` the width of
     the memory confidence bound; ``memory_margin`` the relative margin on observed memory;
     ``max_batch_growth`` the trust-region factor on batch size; ``min_improvement`` the
     relative expected gain below which the search stops.
@@ -99,6 +102,7 @@ class SafeBayesOpt:
         initial: Knobs,
         seed: int = 0,
         fixed_memory_bytes: float = 0.0,
+        rest_memory_bytes: float = 0.0,
         beta: float = 3.0,
         memory_margin: float = 0.03,
         max_batch_growth: float = 2.0,
@@ -112,13 +116,15 @@ class SafeBayesOpt:
             raise ConfigError("fixed_memory_bytes", fixed_memory_bytes, f"a number in [0, memory_limit_bytes={memory_limit_bytes})")
         if max_batch_growth < 1:
             raise ConfigError("max_batch_growth", max_batch_growth, "a number >= 1")
-        if beta < 0 or memory_margin < 0 or min_improvement < 0:
-            raise ConfigError("beta/memory_margin/min_improvement", (beta, memory_margin, min_improvement), "numbers >= 0")
+        if beta < 0 or memory_margin < 0 or min_improvement < 0 or rest_memory_bytes < 0:
+            raise ConfigError("beta/memory_margin/min_improvement/rest_memory_bytes",
+                              (beta, memory_margin, min_improvement, rest_memory_bytes), "numbers >= 0")
         self.space = space
         self.memory_limit_bytes = float(memory_limit_bytes)
         self.initial = initial
         self.seed = seed
         self.fixed_memory_bytes = float(fixed_memory_bytes)
+        self.rest_memory_bytes = float(rest_memory_bytes)
         self.beta = beta
         self.memory_margin = memory_margin
         self.max_batch_growth = max_batch_growth
@@ -164,8 +170,10 @@ class SafeBayesOpt:
             below = [a for a in anchors if a <= b]
             above = [a for a in anchors if a >= b]
             bound = anchors[min(above)] if above else math.inf
-            if below:
-                bound = min(bound, anchors[max(below)] * b / max(below))
+            if below:  # the part above the replica at rest grows at most with the batch (a reading
+                b0 = max(below)  # at rest not below the batch's is inconsistent: not used)
+                rest = self.rest_memory_bytes if self.rest_memory_bytes < anchors[b0] else 0.0
+                bound = min(bound, rest + (anchors[b0] - rest) * b / b0)
                 lower[i] = max(anchors[a] for a in below) * (1 - self.memory_margin)
             if len(below) >= 2 and b > max(below):  # the steepest secant seen, carried on from the last
                 xs = sorted(below)

@@ -1,4 +1,5 @@
-"""Worker memory sampled now, from outside: the unique-set size of a pool's actors that run a task.
+"""Worker memory sampled now, from outside: the unique-set size of a pool's actors that run a task,
+and of each actor as it comes up, before its first task (its memory at rest).
 
 Ray Data reports a task's peak memory only when the task finishes (``MemoryProfiler`` in the
 worker): a pool whose first task runs for 6 s has no memory reading for 6 s, and a memory-bound
@@ -6,7 +7,9 @@ plan cannot grow it. Here the driver reads the same measure (RSS minus shared, a
 ``MemoryProfiler`` computes it) of every actor that has a task in flight, at each snapshot. It
 sees processes on this machine only (an actor on another node has no reading); a reading taken
 mid-task is a lower bound of that task's peak (the planner keeps its memory margin until finished
-tasks confirm it). "This machine": the actor's node has the driver's IP address (the nodes of a
+tasks confirm it). An actor read as it comes up (Ray Data marks it running before it hands it a
+task) holds what its constructor left, its model for one: the part of a replica's memory that
+does not grow with the batch. "This machine": the actor's node has the driver's IP address (the nodes of a
 ``ray.cluster_utils.Cluster`` share one). Executor thread only.
 """
 from __future__ import annotations
@@ -32,25 +35,26 @@ class LiveMemory:
     def max_task_uss(self, pool: Any, exclude: set | frozenset = frozenset()) -> int | None:
         """Largest memory (bytes) of ``pool``'s running actors with a task in flight on this
         machine, ``exclude`` left out; ``None`` when none could be read."""
+        readings = [self.uss_of(actor) for actor, state in list(pool._running_actors.items())
+                    if state.num_tasks_in_flight > 0 and actor not in exclude]
+        return max((r for r in readings if r is not None), default=None)
+
+    def uss_of(self, actor: Any) -> int | None:
+        """Memory (bytes: resident less shared, as Ray Data's ``MemoryProfiler`` measures it) of
+        ``actor``'s process now; ``None`` on another machine or when it cannot be read."""
         if not self._enabled:
             return None
         import psutil
 
-        best = None
-        for actor, state in list(pool._running_actors.items()):
-            if state.num_tasks_in_flight <= 0 or actor in exclude:
-                continue
-            pid = self._pid(actor)
-            if pid is None:
-                continue
-            try:
-                info = psutil.Process(pid).memory_info()
-            except (psutil.Error, OSError):
-                self._pids.pop(actor._actor_id.hex(), None)  # restarted: a new process id
-                continue
-            uss = int(info.rss - getattr(info, "shared", 0))
-            best = uss if best is None else max(best, uss)
-        return best
+        pid = self._pid(actor)
+        if pid is None:
+            return None
+        try:
+            info = psutil.Process(pid).memory_info()
+        except (psutil.Error, OSError):
+            self._pids.pop(actor._actor_id.hex(), None)  # restarted: a new process id
+            return None
+        return int(info.rss - getattr(info, "shared", 0))
 
     def _pid(self, actor: Any) -> int | None:
         key = actor._actor_id.hex()

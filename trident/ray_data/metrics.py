@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from trident.ray_data.live_memory import LiveMemory
@@ -38,15 +39,25 @@ def recent_samples_tracker(tracker: Any) -> Any:
     return tracker
 
 
-def busy_time_tracker(pool: Any) -> Any:
+def busy_time_tracker(pool: Any, at_rest: Callable[[Any], int | None] | None = None) -> Any:
     """Give an actor ``pool`` per-node busy time and finished tasks (``trident_busy``: node id ->
     [actor-seconds with a task in flight, tasks finished]), kept as tasks are handed out and come
-    back; each task's time is credited when it completes. Executor thread only."""
+    back; each task's time is credited when it completes. With ``at_rest`` (an actor's memory now,
+    bytes), each actor is read as it comes up, before Ray Data hands it a task
+    (``trident_rest``: actor -> bytes). Executor thread only."""
     if hasattr(pool, "trident_busy"):
         return pool
     cls = type(pool)
 
     class BusyTimePool(cls):  # type: ignore[misc, valid-type]
+        def pending_to_running(self, ready_ref: Any) -> Any:
+            actor = super().pending_to_running(ready_ref)
+            if actor is not None and self.trident_at_rest is not None:
+                uss = self.trident_at_rest(actor)
+                if uss:
+                    self.trident_rest[actor] = uss
+            return actor
+
         def on_task_submitted(self, actor: Any) -> None:
             super().on_task_submitted(actor)
             if self._running_actors[actor].num_tasks_in_flight == 1:
@@ -67,7 +78,7 @@ def busy_time_tracker(pool: Any) -> Any:
 
     BusyTimePool.__name__ = f"BusyTime{cls.__name__}"
     pool.__class__ = BusyTimePool
-    pool.trident_busy, pool.trident_since = {}, {}
+    pool.trident_busy, pool.trident_since, pool.trident_rest, pool.trident_at_rest = {}, {}, {}, at_rest
     return pool
 
 
@@ -137,6 +148,8 @@ class SnapshotBuilder:
         for op in executor._topology:
             if kinds[op] != "other":
                 recent_samples_tracker(op.metrics.max_uss_bytes)
+            if kinds[op] == "actor":  # before its first actors come up: each is read at rest
+                busy_time_tracker(op.get_autoscaling_actor_pools()[0], self._live.uss_of)
 
     def snapshot(self, time_s: float, *, applied_plan_seq: int = 0) -> Snapshot:
         ops = tuple(self._operator(i, op, state, time_s) for i, (op, state) in enumerate(self.executor._topology.items()))
@@ -175,16 +188,17 @@ class SnapshotBuilder:
         kind = self.kinds[op]
         actors = dict(actors_running=0, actors_pending=0, actors_idle=0, tasks_in_flight=0)
         by_type = ()
-        live = None
+        live = rest = None
         if kind == "actor":
             info = op.get_actor_info()
             actors = dict(actors_running=info.running, actors_pending=info.pending, actors_idle=info.idle,
                           tasks_in_flight=info.tasks_in_flight)
-            pool = busy_time_tracker(op.get_autoscaling_actor_pools()[0])
+            pool = busy_time_tracker(op.get_autoscaling_actor_pools()[0], self._live.uss_of)
             by_type = usage_by_type(pool, self.cluster.node_type)
             old = getattr(pool, "trident_old", set())
             actors["old_actors"] = len(old & set(pool._running_actors))
             live = self._live.max_task_uss(pool, exclude=old)
+            rest = min(pool.trident_rest.values(), default=None)
         rss_per_replica = None
         rss_total = None
         if kind != "other":
@@ -211,6 +225,7 @@ class SnapshotBuilder:
             object_store_bytes=int(m.obj_store_mem_used),
             backpressured=bool(backpressured),
             heap_rss_bytes=rss_total, heap_rss_per_replica_bytes=rss_per_replica, heap_live_per_replica_bytes=live,
+            heap_rest_per_replica_bytes=rest,
             busy_s=float(m.task_worker_completion_time_s),
             slot_s=_slot_s(m, self._waits.update(op, m)) if kind == "task" else None,
             rows_in_done_total=_rows_in_done(m),

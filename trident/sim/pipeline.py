@@ -4,7 +4,7 @@ Rows flow as continuous quantities through a chain of operators. Each operator's
 replicas process ``rate(batch, device) x regime x noise`` input rows per second, where
 ``rate = peak[device] * batch / (batch + half_batch_rows)``; a replica holds
 ``heap_base_bytes + heap_per_batch_row_bytes x batch x regime memory scale`` of heap once
-warm. Regimes change an operator's speed, memory and row size, piecewise in time or in
+warm (``heap_base_bytes`` is its memory at rest, read as a replica comes up). Regimes change an operator's speed, memory and row size, piecewise in time or in
 dataset position. Input queues are bounded (``queue_limit_rows``): a full queue blocks
 its upstream (backpressure). New replicas start after ``cold_start_s`` and only when
 the cluster's CPUs and GPUs (per accelerator type) allow; when the warm replicas' heap
@@ -200,6 +200,8 @@ class PipelineSim(Actuation):
                 tasks_in_flight=self._in_flight(st, warm_n, queue),
                 backpressured=st.backpressured,
                 heap_rss_bytes=int(heap), heap_rss_per_replica_bytes=None if per_replica is None else int(per_replica),
+                heap_rest_per_replica_bytes=(int(spec.heap_base_bytes) if spec.kind == "actor" and spec.rest_read
+                                             and spec.heap_base_bytes > 0 and warm_n > 0 else None),
                 busy_s=st.busy_s, completed=st.completed,
                 old_actors=sum(g.count for g in warm if g.retiring) if spec.kind == "actor" else 0,
             ))

@@ -122,6 +122,18 @@ def remaining_rows(snap: Snapshot, tracks: dict[str, OperatorTrack]) -> float | 
     return None if left is None else max(max(left), 0.0)
 
 
+def input_rows_left(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, OperatorTrack],
+                    op: OperatorSnapshot) -> float | None:
+    """Rows ``op`` (one of ``ops``, in pipeline order) has still to take in; ``None`` when the
+    pipeline's rows are not known."""
+    sels = selectivities(ops, tracks)
+    left = rows_left(snap, ops, sels)
+    if left is None:
+        return None
+    i = next(k for k, o in enumerate(ops) if o.name == op.name)
+    return max(left[i], 0.0) * float(np.prod(sels[:i]))
+
+
 def rows_left(snap: Snapshot, ops: list[OperatorSnapshot], sels: list[float]) -> list[float] | None:
     """Pipeline rows each of ``ops`` (in order, with their selectivities) has still to put out:
     the pipeline's rows less its rows out counted back through the selectivities up to it;

@@ -91,7 +91,8 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
     batches = tuple(sorted(set(seen) | set(growth)))  # a tried batch without a rate is not tried again
     bo = SafeBayesOpt(space=KnobSpace(batch_sizes=batches, concurrencies=concurrencies, device_types=(dev,)),
                       memory_limit_bytes=float(limit), initial=Knobs(b, n_max, dev), seed=seed,
-                      fixed_memory_bytes=float(others), max_batch_growth=settings.bo_batch_growth)
+                      fixed_memory_bytes=float(others), rest_memory_bytes=tr.rest_heap or 0.0,
+                      max_batch_growth=settings.bo_batch_growth)
     cost_s = settings.bo_trial_cold_starts * estimates.cold_start_s(tr, o, settings)
     try:
         with single_threaded():
@@ -111,11 +112,16 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
     if bb == b:
         tr.bo_settled = True  # settled on the current batch size for this regime
         return f"{o.name} stays at batch_size {b}: {why}" if why else None
+    c = max((k for k, u in zip(concurrencies, upper) if u <= limit), default=sug.knobs.concurrency)
+    left = estimates.input_rows_left(snap, ops, tracks, o)
+    if left is not None and left < settings.bo_min_batches * bb * c:
+        tr.bo_settled = True
+        return (f"{o.name} stays at batch_size {b}: batch {bb} on {c} replica(s) would leave "
+                f"{left / (bb * c):.1f} batches per replica of the {left:.0f} rows left (< {settings.bo_min_batches:g})")
     if sug.converged:
         tr.bo_settled = True
     else:
         tr.bo_tried += 1
-    c = max((k for k, u in zip(concurrencies, upper) if u <= limit), default=sug.knobs.concurrency)
     each = (float(upper[concurrencies.index(c)]) - others) / c  # memory bound of one new replica
     n = o.config.replicas
     drain_to, surge_c = _room_for(snap, o, c, old_heap=estimates.heap(tr, key_of(o.config), settings),
