@@ -49,3 +49,31 @@ def test_a_pending_actor_is_cancelled_before_a_busy_one_is_drained():
     pool = _Pool({"a": 2, "b": 2}, pending=1)
     assert drive_to(pool, target=2, budget=None, reason="test") == (0, 0)
     assert pool.pending == 0 and len(pool._running_actors) == 2
+
+
+def test_an_actor_read_at_rest_keeps_the_smallest_reading_and_not_the_actor():
+    """The pool wrapper reads each actor as it comes up; it keeps the smallest reading only: a
+    kept handle would keep a released actor's process, and its memory, alive."""
+    import gc
+    import weakref
+
+    from trident.ray_data.metrics import busy_time_tracker
+
+    class Actor:
+        pass
+
+    class Pool(_Pool):
+        def pending_to_running(self, ready_ref):
+            return ready_ref  # the actor that came up
+
+    readings = iter([700, 650, 900])
+    pool = busy_time_tracker(Pool({}), lambda actor: next(readings))
+    refs = []
+    for _ in range(3):
+        actor = Actor()
+        refs.append(weakref.ref(actor))
+        assert pool.pending_to_running(actor) is actor
+        del actor
+    gc.collect()
+    assert pool.trident_rest == 650
+    assert all(r() is None for r in refs)

@@ -43,8 +43,9 @@ def busy_time_tracker(pool: Any, at_rest: Callable[[Any], int | None] | None = N
     """Give an actor ``pool`` per-node busy time and finished tasks (``trident_busy``: node id ->
     [actor-seconds with a task in flight, tasks finished]), kept as tasks are handed out and come
     back; each task's time is credited when it completes. With ``at_rest`` (an actor's memory now,
-    bytes), each actor is read as it comes up, before Ray Data hands it a task
-    (``trident_rest``: actor -> bytes). Executor thread only."""
+    bytes), each actor is read as it comes up, before Ray Data hands it a task (``trident_rest``:
+    the smallest reading, bytes; no actor handle is kept: one would keep a released actor's
+    process, and its memory, alive). Executor thread only."""
     if hasattr(pool, "trident_busy"):
         return pool
     cls = type(pool)
@@ -55,7 +56,7 @@ def busy_time_tracker(pool: Any, at_rest: Callable[[Any], int | None] | None = N
             if actor is not None and self.trident_at_rest is not None:
                 uss = self.trident_at_rest(actor)
                 if uss:
-                    self.trident_rest[actor] = uss
+                    self.trident_rest = uss if self.trident_rest is None else min(self.trident_rest, uss)
             return actor
 
         def on_task_submitted(self, actor: Any) -> None:
@@ -78,7 +79,7 @@ def busy_time_tracker(pool: Any, at_rest: Callable[[Any], int | None] | None = N
 
     BusyTimePool.__name__ = f"BusyTime{cls.__name__}"
     pool.__class__ = BusyTimePool
-    pool.trident_busy, pool.trident_since, pool.trident_rest, pool.trident_at_rest = {}, {}, {}, at_rest
+    pool.trident_busy, pool.trident_since, pool.trident_rest, pool.trident_at_rest = {}, {}, None, at_rest
     return pool
 
 
@@ -198,7 +199,7 @@ class SnapshotBuilder:
             old = getattr(pool, "trident_old", set())
             actors["old_actors"] = len(old & set(pool._running_actors))
             live = self._live.max_task_uss(pool, exclude=old)
-            rest = min(pool.trident_rest.values(), default=None)
+            rest = pool.trident_rest
         rss_per_replica = None
         rss_total = None
         if kind != "other":
