@@ -523,7 +523,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--contenders", default="fifo,tiresias/eager,trident")
     ap.add_argument("--sim-only", action="store_true",
-                    help="no Ray: the simulator on the calibration of the last real run (job_layer_real.json)")
+                    help="no Ray: the simulator on the calibration of the scenario's last real run "
+                         "(job_layer_real[-<scenario>].json, else job_layer_real.json)")
     ap.add_argument("--variants", type=int, default=20, help="perturbed variants with --sim-only")
     ap.add_argument("--search", type=int, default=0,
                     help="with --sim-only: best of this many random priority orders per variant (best-order)")
