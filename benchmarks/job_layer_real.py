@@ -2,9 +2,9 @@
 same scenario in the simulator beside it.
 
 Cluster (``ray.cluster_utils.Cluster``, logical GPUs): a head without GPUs, one node of
-4 type-A GPUs and one of 4 type-B GPUs. Workload (time-compressed: every time parameter of
-the policies is scaled by ``SCALE`` = 1/120, so the scenario's ~2 minutes stand for ~4
-hours of a production cluster):
+4 type-A GPUs and one of 4 type-B GPUs. Workload of the default scenario, ``mixed``
+(time-compressed: every time parameter of the policies is scaled by ``SCALE`` = 1/120, so the
+scenario's ~2 minutes stand for ~4 hours of a production cluster):
 
 - 3 pipelines on type-B GPUs (at most 4, 2 and 2), arriving at 0, 6 and 14 s: ``ray.data.range`` rows (1,000
   characters each) through a GPU stage that follows the measured ``embed`` cost curve of
@@ -13,6 +13,11 @@ hours of a production cluster):
 - 6 training stand-ins arriving every 4 s (1-3 GPUs, 6-25 s of 0.1 s steps after a 2-3 s
   setup). For FIFO and Tiresias they are plain Ray tasks (a preemption kills and restarts
   them from zero); for trident they are trainables whose preemption checkpoints.
+
+``--scenario elastic``: the same cluster and stand-ins, where a pipeline's elasticity is what
+matters: a long pipeline first (2,000 rows, at most 4 GPUs), three training jobs filling type
+A, a burst of 12 one-GPU evaluations (2-4 s of steps), a second pipeline and a fourth
+training job (:data:`ELASTIC_WORKLOAD`).
 
 Contenders: ``fifo`` (no preemption; pipelines hold their maximum), ``tiresias/eager``
 (kill-and-restart; pipelines hold their maximum and are never preempted), ``trident``
@@ -31,9 +36,11 @@ is the one observed in the solo runs (``calibration.pipeline_rewarm_s``).
 ``--sim-only`` starts no Ray: the simulator on the last real run's calibration, on the nominal
 scenario and ``--variants`` perturbed ones (arrivals moved by up to 2 s, run times by up to 10%,
 seeded), with ``--search N`` the best of N random priority orders per variant as a reference;
-writes ``job_layer_sim_variants.json``.
+writes ``job_layer_sim_variants.json`` (``-elastic`` added for that scenario, as to the real
+run's files).
 
     python benchmarks/job_layer_real.py            # ~6 min on a 2-core machine
+    python benchmarks/job_layer_real.py --scenario elastic
     python benchmarks/job_layer_real.py --sim-only --variants 20 --search 500 --contenders fifo,tiresias/eager,trident,oracle
 """
 from __future__ import annotations
@@ -76,6 +83,20 @@ WORKLOAD = (
     Arrival(14, "pipe-3", 2, rows=600), Arrival(16, "train-5", 2, steps=200, setup_s=3),
     Arrival(20, "train-6", 1, steps=60, setup_s=2),
 )
+"""``mixed`` (the default): 3 pipelines and 6 training jobs, arriving over 20 s."""
+
+ELASTIC_WORKLOAD = tuple(sorted((
+    Arrival(0, "pipe-1", 4, rows=2000), Arrival(4, "train-1", 2, steps=200, setup_s=3),
+    Arrival(5, "train-2", 2, steps=200, setup_s=3), Arrival(7, "train-3", 3, steps=250, setup_s=3),
+    *(Arrival(8 + 1.5 * i, f"eval-{i + 1}", 1, steps=(30, 40, 20, 30)[i % 4], setup_s=2) for i in range(12)),
+    Arrival(15, "pipe-2", 2, rows=600), Arrival(23, "train-4", 2, steps=100, setup_s=3),
+), key=lambda a: a.at_s))
+"""``elastic``: a long curation pipeline first (it takes type B's 4 GPUs), three training jobs
+filling type A, then a burst of 12 short evaluations (1 GPU, 2-4 s, every 1.5 s from 8 s), a
+second pipeline at 15 s and a fourth training job at 23 s."""
+
+SCENARIOS = {"mixed": WORKLOAD, "elastic": ELASTIC_WORKLOAD}
+DEFAULT_SCENARIO = "mixed"
 
 
 # --- stand-ins (run in Ray workers) -------------------------------------------------------
@@ -158,12 +179,24 @@ def plug_ins(name: str):
                                          prior=RuntimePrior.philly(scale=SCALE), max_waste_fraction=0.5)
 
 
+def solo_times(a: Arrival, calib: dict) -> tuple[float, float]:
+    """(setup s, run s) of a pipeline alone at its maximum GPUs: as measured in ``calib``, else
+    (a shape not measured) the setup and the overhead beyond the cost curve (run less curve, s)
+    of the measured shape with the nearest GPU count (then fewest rows) plus its own curve time."""
+    measured = calib["pipelines"]
+    if f"{a.rows}x{a.gpus}" in measured:
+        return tuple(measured[f"{a.rows}x{a.gpus}"])
+    rows, gpus = min((tuple(map(int, k.split("x"))) for k in measured), key=lambda s: (abs(s[1] - a.gpus), s[0]))
+    setup_s, run_s = measured[f"{rows}x{gpus}"]
+    return setup_s, run_s - pipeline_seconds(rows, gpus) + pipeline_seconds(a.rows, a.gpus)
+
+
 def parallel_fraction(a: Arrival, calib: dict | None) -> float:
     """The share of a pipeline's observed solo run time (``calib``) that its cost curve takes, the
     part its GPUs divide (1 on the declared figures, where the curve is its run time)."""
     if calib is None:
         return 1.0
-    return min(1.0, pipeline_seconds(a.rows, a.gpus) / max(calib["pipelines"][f"{a.rows}x{a.gpus}"][1], 1e-3))
+    return min(1.0, pipeline_seconds(a.rows, a.gpus) / max(solo_times(a, calib)[1], 1e-3))
 
 
 ELASTIC = ("trident", "oracle", "best-order")
@@ -175,7 +208,7 @@ def min_gpus(name: str, a: Arrival) -> int:
     return a.min_gpus if name in ELASTIC else a.gpus
 
 
-def run_real(name: str, stage, calib: dict | None = None) -> dict:
+def run_real(name: str, stage, workload: tuple[Arrival, ...], calib: dict | None = None) -> dict:
     from trident.sched.scheduler import JobScheduler
 
     policy, preemptor = plug_ins(name)
@@ -184,7 +217,7 @@ def run_real(name: str, stage, calib: dict | None = None) -> dict:
     t0 = time.monotonic()
 
     def submit_all():
-        for a in WORKLOAD:
+        for a in workload:
             time.sleep(max(0.0, a.at_s - (time.monotonic() - t0)))
             if a.rows:
                 sched.submit_pipeline(pipeline, a.rows, a.gpus, stage, name=a.name, gpu_models=("B",),
@@ -205,14 +238,14 @@ def run_real(name: str, stage, calib: dict | None = None) -> dict:
             break
         time.sleep(0.05)
     submitter.join()
-    return row(name, sched, results)
+    return row(name, sched, results, workload)
 
 
-def row(name: str, sched, results: dict) -> dict:
+def row(name: str, sched, results: dict, workload: tuple[Arrival, ...]) -> dict:
     jct, wasted, held, rows_bad, shrinks = [], 0.0, 0.0, 0, 0
     preemptions = futile = 0
-    first = min(sched.record(a.name).job.arrival_s for a in WORKLOAD)
-    for a in WORKLOAD:
+    first = min(sched.record(a.name).job.arrival_s for a in workload)
+    for a in workload:
         r = sched.record(a.name)
         jct.append(r.finished_at - r.job.arrival_s)
         held += r.attained_s * (a.gpus if a.rows else r.job.num_gpus)
@@ -225,18 +258,18 @@ def row(name: str, sched, results: dict) -> dict:
             wasted += sum(r.observed_setup_s[1:]) * r.job.num_gpus  # re-setups after a checkpoint
         else:
             wasted += max(0.0, r.attained_s - (r.finished_at - r.started_at)) * r.job.num_gpus  # killed attempts
-    makespan = max(sched.record(a.name).finished_at for a in WORKLOAD) - first
+    makespan = max(sched.record(a.name).finished_at for a in workload) - first
     return {"policy": name, "avg_jct_s": round(float(np.mean(jct)), 2), "max_jct_s": round(float(np.max(jct)), 2),
             "makespan_s": round(makespan, 2), "preemptions": preemptions, "futile_preemptions": futile,
             "pipeline_shrinks": shrinks, "wasted_gpu_s": round(wasted, 2),
             "wasted_gpu_pct": round(100 * wasted / max(held, 1e-9), 2), "pipelines_rows_exact": rows_bad == 0,
-            "jobs": len(WORKLOAD), "jct_s": {a.name: round(j, 2) for a, j in zip(WORKLOAD, jct)},
+            "jobs": len(workload), "jct_s": {a.name: round(j, 2) for a, j in zip(workload, jct)},
             "verdicts": dict(Counter(d[3] for d in sched.decisions)),
             "first_reasons": [f"{d[0]:.1f} s {d[1]} vs {d[2]}: {d[4]}" for d in list(sched.decisions)[:6]],
-            "events": {a.name: [f"{t:.1f} s {e}" for t, e in sched.record(a.name).events] for a in WORKLOAD}}
+            "events": {a.name: [f"{t:.1f} s {e}" for t, e in sched.record(a.name).events] for a in workload}}
 
 
-def calibrate(stage) -> dict:
+def calibrate(stage, workload: tuple[Arrival, ...]) -> dict:
     """Solo runs on the idle cluster (FIFO, one job at a time): (setup s, run s) per distinct
     pipeline (rows, GPUs), and the launch overhead (s, beyond the declared setup and steps) of a
     training stand-in per kind (``plain`` task, checkpointing ``trainable``)."""
@@ -246,12 +279,12 @@ def calibrate(stage) -> dict:
 
     out: dict = {"pipelines": {}, "train_overhead_s": {}}
     rewarms: list[float] = []
-    probe = min((a for a in WORKLOAD if a.steps), key=lambda a: a.steps)
-    widest = max((a for a in WORKLOAD if a.rows), key=lambda a: a.gpus)
+    probe = min((a for a in workload if a.steps), key=lambda a: a.steps)
+    widest = max((a for a in workload if a.rows), key=lambda a: a.gpus)
     # a short pipeline first, not measured: the first one on a fresh cluster starts its worker
     # processes (2x slower here), which no contender pays again
     solo = [(Arrival(0, "warm-up", widest.gpus, rows=10 * BATCH_ROWS * widest.gpus), None)]
-    solo += [(a, None) for a in {(a.rows, a.gpus): a for a in WORKLOAD if a.rows}.values()]
+    solo += [(a, None) for a in {(a.rows, a.gpus): a for a in workload if a.rows}.values()]
     solo += [(probe, "plain"), (probe, "trainable")]
     for a, kind in solo:
         sched = JobScheduler(policy=FifoPolicy(), preemption=NeverPreemptor(), placement="first-fit",
@@ -289,15 +322,15 @@ def observed_rewarm_s(doc: dict) -> float:
     return round(float(np.median(seen)), 2)
 
 
-def run_sim(name: str, calib: dict | None, workload: tuple[Arrival, ...] = WORKLOAD,
+def run_sim(name: str, calib: dict | None, workload: tuple[Arrival, ...],
             run_scale: dict[str, float] | None = None, plugs: tuple | None = None) -> dict:
     """The contender in the simulator, on the observed setups and durations of ``calib`` (the
     declared ones when ``None``). A pipeline is an elastic job between :func:`min_gpus` and its
     maximum; its parallel fraction is the cost curve's share of its run time at its maximum
     (1 on the declared figures, where the curve is its run time). A training job restarts from
-    zero when preempted unless it is trident's (a trainable that checkpoints). ``workload`` and
-    ``run_scale`` (job name -> factor on its run time) give a perturbed variant; ``plugs`` (policy,
-    preemptor) replaces the contender's."""
+    zero when preempted unless it is trident's (a trainable that checkpoints). ``run_scale`` (job
+    name -> factor on its run time) with a perturbed ``workload`` gives a variant; ``plugs``
+    (policy, preemptor) replaces the contender's."""
     from trident.sched.base import Job, Node
     from trident.sched.placement import FirstFitPlacer
     from trident.sim.engine import EngineConfig, SetupModel, Simulator
@@ -310,7 +343,7 @@ def run_sim(name: str, calib: dict | None, workload: tuple[Arrival, ...] = WORKL
         if calib is None:
             return (2.0, pipeline_seconds(a.rows, a.gpus)) if a.rows else (a.setup_s, a.steps * STEP_S)
         if a.rows:
-            return tuple(calib["pipelines"][f"{a.rows}x{a.gpus}"])
+            return solo_times(a, calib)
         kind = "trainable" if name in ELASTIC else "plain"
         return a.setup_s + calib["train_overhead_s"][kind], a.steps * STEP_S
 
@@ -336,14 +369,15 @@ def run_sim(name: str, calib: dict | None, workload: tuple[Arrival, ...] = WORKL
             "jobs": len(jobs)}
 
 
-def variant(seed: int, jitter_s: float = 2.0, run_spread: float = 0.10) -> tuple[tuple[Arrival, ...], dict]:
-    """A perturbed copy of the workload: each arrival moved by up to ``jitter_s`` s (not before 0),
+def variant(workload: tuple[Arrival, ...], seed: int, jitter_s: float = 2.0,
+            run_spread: float = 0.10) -> tuple[tuple[Arrival, ...], dict]:
+    """A perturbed copy of ``workload``: each arrival moved by up to ``jitter_s`` s (not before 0),
     each run time scaled by a factor in ``1 +- run_spread`` (uniform, seeded)."""
     rng = np.random.default_rng(seed)
-    shift = rng.uniform(-jitter_s, jitter_s, len(WORKLOAD))
-    scale = rng.uniform(1 - run_spread, 1 + run_spread, len(WORKLOAD))
-    arrivals = tuple(Arrival(**{**a.__dict__, "at_s": round(max(0.0, a.at_s + d), 3)}) for a, d in zip(WORKLOAD, shift))
-    return arrivals, {a.name: float(f) for a, f in zip(WORKLOAD, scale)}
+    shift = rng.uniform(-jitter_s, jitter_s, len(workload))
+    scale = rng.uniform(1 - run_spread, 1 + run_spread, len(workload))
+    arrivals = tuple(Arrival(**{**a.__dict__, "at_s": round(max(0.0, a.at_s + d), 3)}) for a, d in zip(workload, shift))
+    return arrivals, {a.name: float(f) for a, f in zip(workload, scale)}
 
 
 class StaticPriority:
@@ -376,17 +410,18 @@ def best_order(calib: dict, workload: tuple[Arrival, ...], run_scale: dict | Non
     return best
 
 
-def sim_variants(names: list[str], calib: dict, count: int, seed: int = 0, tries: int = 0) -> dict:
-    """Every contender in the simulator on ``count`` perturbed variants (:func:`variant`, seeds
-    ``seed``..), with ``best-order`` (:func:`best_order` of ``tries`` orders) when ``tries``: per
-    variant the average JCTs (s), and the median / min / max of the ratios of avg JCT ``a/b``
-    (b's JCT over a's: above 1, b is better)."""
+def sim_variants(names: list[str], calib: dict, workload: tuple[Arrival, ...], count: int, seed: int = 0,
+                 tries: int = 0) -> dict:
+    """Every contender in the simulator on ``count`` perturbed variants of ``workload``
+    (:func:`variant`, seeds ``seed``..), with ``best-order`` (:func:`best_order` of ``tries``
+    orders) when ``tries``: per variant the average JCTs (s), and the median / min / max of the
+    ratios of avg JCT ``a/b`` (b's JCT over a's: above 1, b is better)."""
     rows = []
     names = [*names, "best-order"] if tries else names
     for i in range(count):
-        workload, run_scale = variant(seed + i)
-        rows.append({"seed": seed + i, **{n: best_order(calib, workload, run_scale, tries, seed + i)
-                                          if n == "best-order" else run_sim(n, calib, workload, run_scale)
+        arrivals, run_scale = variant(workload, seed + i)
+        rows.append({"seed": seed + i, **{n: best_order(calib, arrivals, run_scale, tries, seed + i)
+                                          if n == "best-order" else run_sim(n, calib, arrivals, run_scale)
                                           for n in names}})
     pairs = [(a, b) for a, b in (("tiresias/eager", "trident"), ("fifo", "trident"), ("fifo", "oracle"),
                                  ("fifo", "best-order"), ("trident", "oracle"), ("trident", "best-order"),
@@ -435,26 +470,47 @@ def plot(doc: dict, path: Path) -> None:
         ax.set_xticks(x, names)
         ax.set_ylabel(key.replace("_", " "))
         ax.legend(fontsize=7)
-    fig.suptitle("job layer: 3 pipelines + 6 training jobs on 2x4 logical GPUs")
+    arrivals = doc["workload"]["arrivals"]
+    pipes = sum(1 for a in arrivals if a["rows"])
+    fig.suptitle(f"job layer ({doc['workload']['scenario']}): {pipes} pipelines + {len(arrivals) - pipes} "
+                 "training jobs on 2x4 logical GPUs")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
 
+def result_name(stem: str, scenario: str, ext: str = "json") -> str:
+    """A result file's name: ``stem.ext`` for the default scenario, ``stem-<scenario>.ext`` else."""
+    return f"{stem}.{ext}" if scenario == DEFAULT_SCENARIO else f"{stem}-{scenario}.{ext}"
+
+
+def last_calibration(scenario: str) -> dict:
+    """The calibration of the scenario's last real run, else of the default scenario's (the
+    same machine and stand-ins; pipeline shapes it did not run are estimated, :func:`solo_times`),
+    with the pipelines' observed re-warm (s)."""
+    path = OUT / result_name("job_layer_real", scenario)
+    real = json.loads((path if path.exists() else OUT / "job_layer_real.json").read_text())
+    return {**real["calibration"], "pipeline_rewarm_s": observed_rewarm_s(real)}
+
+
 def sim_only(args) -> int:
     """``--sim-only``: the nominal scenario and ``--variants`` perturbed ones in the simulator,
-    on the observed setups and durations of the last real run; writes job_layer_sim_variants.json."""
-    real = json.loads((OUT / "job_layer_real.json").read_text())
-    calib = {**real["calibration"], "pipeline_rewarm_s": observed_rewarm_s(real)}
+    on the observed setups and durations of the last real run (:func:`last_calibration`);
+    writes job_layer_sim_variants[-<scenario>].json."""
+    workload = SCENARIOS[args.scenario]
+    calib = last_calibration(args.scenario)
     names = args.contenders.split(",")
-    doc = {"benchmark": "job_layer_sim_variants", "calibration": calib, "seed": args.seed,
-           "perturbation": {"arrival_jitter_s": 2.0, "run_time_spread": 0.10},
-           "nominal": {n: run_sim(n, calib) for n in names},
-           **sim_variants(names, calib, args.variants, args.seed, args.search)}
+    doc = {"benchmark": "job_layer_sim_variants", "scenario": args.scenario, "calibration": calib,
+           "seed": args.seed, "perturbation": {"arrival_jitter_s": 2.0, "run_time_spread": 0.10},
+           "arrivals": [a.__dict__ for a in workload],
+           "pipelines_estimated": {f"{a.rows}x{a.gpus}": solo_times(a, calib) for a in workload
+                                   if a.rows and f"{a.rows}x{a.gpus}" not in calib["pipelines"]},
+           "nominal": {n: run_sim(n, calib, workload) for n in names},
+           **sim_variants(names, calib, workload, args.variants, args.seed, args.search)}
     if args.search:
-        doc["nominal"]["best-order"] = best_order(calib, WORKLOAD, None, args.search, args.seed)
+        doc["nominal"]["best-order"] = best_order(calib, workload, None, args.search, args.seed)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "job_layer_sim_variants.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (out / result_name("job_layer_sim_variants", args.scenario)).write_text(json.dumps(doc, indent=2) + "\n")
     print("nominal avg JCT (s): " + ", ".join(f"{n} {r['avg_jct_s']:.1f}" for n, r in doc["nominal"].items()))
     print(f"median avg JCT over {args.variants} variants (s): {doc['avg_jct_s']}")
     for k, v in doc["ratios"].items():
@@ -467,11 +523,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--contenders", default="fifo,tiresias/eager,trident")
     ap.add_argument("--sim-only", action="store_true",
-                    help="no Ray: the simulator on the calibration of the last real run (job_layer_real.json)")
+                    help="no Ray: the simulator on the calibration of the scenario's last real run "
+                         "(job_layer_real[-<scenario>].json, else job_layer_real.json)")
     ap.add_argument("--variants", type=int, default=20, help="perturbed variants with --sim-only")
     ap.add_argument("--search", type=int, default=0,
                     help="with --sim-only: best of this many random priority orders per variant (best-order)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--scenario", choices=sorted(SCENARIOS), default=DEFAULT_SCENARIO)
     args = ap.parse_args(argv)
     if args.sim_only:
         return sim_only(args)
@@ -482,29 +540,30 @@ def main(argv: list[str] | None = None) -> int:
     from trident.sim.compare import result_document
 
     names = args.contenders.split(",")
+    workload = SCENARIOS[args.scenario]
     cluster = start_cluster()
     stage = embed_stage()
     rows = []
     try:
         t = time.monotonic()
-        calib = calibrate(stage)
+        calib = calibrate(stage, workload)
         print(f"calibration (solo runs): {json.dumps(calib)} ({time.monotonic() - t:.0f} s)", flush=True)
         for name in names:
             t = time.monotonic()
-            rows.append(run_real(name, stage, calib))
+            rows.append(run_real(name, stage, workload, calib))
             print(f"{name}: {json.dumps({k: v for k, v in rows[-1].items() if k != 'jct_s'})} "
                   f"({time.monotonic() - t:.0f} s)", flush=True)
     finally:
         ray.shutdown()
         cluster.shutdown()
-    simulated = [run_sim(n, calib) for n in names]
-    declared = [run_sim(n, None) for n in names]
+    simulated = [run_sim(n, calib, workload) for n in names]
+    declared = [run_sim(n, None, workload) for n in names]
     base = rows[0]["avg_jct_s"]
     for r, s in zip(rows, simulated):
         r["ratio_to_baseline"] = round(base / r["avg_jct_s"], 3)
         r["sim_vs_real_avg_jct_pct"] = round(100 * (s["avg_jct_s"] - r["avg_jct_s"]) / r["avg_jct_s"], 1)
-    doc = result_document(rows, workload={"name": "job-layer-real", "seed": 0, "time_scale": SCALE,
-                                          "arrivals": [a.__dict__ for a in WORKLOAD],
+    doc = result_document(rows, workload={"name": "job-layer-real", "scenario": args.scenario, "seed": 0,
+                                          "time_scale": SCALE, "arrivals": [a.__dict__ for a in workload],
                                           "stand_in": "embed cost curve (calibration.json) x0.25; sleep-loop training"},
                           benchmark="job_layer_real")
     doc["workload"]["mode"] = "calibrated"
@@ -514,8 +573,8 @@ def main(argv: list[str] | None = None) -> int:
     doc["calibration"] = calib
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "job_layer_real.json").write_text(json.dumps(doc, indent=2) + "\n")
-    plot(doc, out / "job_layer_real.png")
+    (out / result_name("job_layer_real", args.scenario)).write_text(json.dumps(doc, indent=2) + "\n")
+    plot(doc, out / result_name("job_layer_real", args.scenario, "png"))
     for r, s, s2 in zip(rows, simulated, declared):
         print(f"{r['policy']:>15}  real avg/max JCT {r['avg_jct_s']:6.1f}/{r['max_jct_s']:6.1f} s  "
               f"sim {s['avg_jct_s']:6.1f}/{s['max_jct_s']:6.1f} s ({s2['avg_jct_s']:.1f} declared)  makespan {r['makespan_s']:.1f} s  "

@@ -184,13 +184,31 @@ def test_a_shrink_counts_the_stretch_of_the_elastic_victims_run():
 
     rigid = victim(Job("v", 0.0, 1e5, 4.0))
     elastic = victim(Job("v", 0.0, 1e5, 1.0, max_gpus=4.0))
-    b, now = _queued("b", gpus=1.0, setup=10.0), 300.0
+    b, now = _queued("b", gpus=3.0, setup=10.0), 300.0
     st = _state(now, [rigid], [b])
-    assert lazy.shrink_stretch_s(rigid, now) == 0.0
+    assert lazy.shrink_stretch_s(rigid, now, 3.0) == 0.0
     remaining = lazy.predicted_remaining_s(elastic, now)
-    assert lazy.shrink_stretch_s(elastic, now) == pytest.approx(3 * remaining)
+    assert lazy.shrink_stretch_s(elastic, now, 3.0) == pytest.approx(3 * remaining)
     assert lazy.decide(blocked=b, victim=rigid, state=st, predictor=_predictor(1e6)).verdict is Verdict.PREEMPT_NOW
     shrink = lazy.decide(blocked=b, victim=elastic, state=st, predictor=_predictor(1e6))
     assert shrink.verdict is Verdict.DELAY_UNTIL and "stretches its run" in shrink.reason, shrink.reason
     half = victim(Job("v", 0.0, 1e5, 1.0, max_gpus=4.0, parallel_fraction=0.5))  # half its work divides over GPUs
-    assert lazy.shrink_stretch_s(half, now) == pytest.approx(remaining * (2.5 / 1.0 - 1.0))
+    assert lazy.shrink_stretch_s(half, now, 3.0) == pytest.approx(remaining * (2.5 / 1.0 - 1.0))
+
+
+def test_a_shrink_is_priced_by_the_gpus_the_blocked_job_takes():
+    """A 1-GPU job needs one of a pipeline's 4 GPUs: the pipeline's run stretches as on 3 GPUs, not
+    as on its minimum of 1 (the rest goes to the next jobs in line or back to it). Priced as a
+    shrink to its minimum, the stretch (3x its remaining run) outweighed the job's wait and a
+    pipeline never made room for short jobs."""
+    prior = RuntimePrior(points_s=tuple(float(x) for x in np.linspace(100, 4000, 400)))
+    lazy = LazyPreemptor(prior=prior, max_waste_fraction=1.0, default_setup_s=10.0, checkpoint_restore_s=0.0)
+    alloc = Allocation("A", tuple((0, d, 1000) for d in range(4)), ("n0",))
+    pipe = JobView(job=Job("pipe", 0.0, 1e5, 1.0, max_gpus=4.0), running=True, as_of_s=0.0, wait_base_s=0.0,
+                   attained_base_s=0.0, setup_ends_s=10.0, expected_setup_s=10.0, allocation=alloc)
+    b, now = _queued("b", gpus=1.0, setup=10.0), 300.0
+    remaining = lazy.predicted_remaining_s(pipe, now)
+    assert lazy.shrink_stretch_s(pipe, now, 1.0) == pytest.approx(remaining / 3)  # 4/3 as long on 3 GPUs
+    assert lazy.shrink_stretch_s(pipe, now, 5.0) == pytest.approx(3 * remaining)  # never below its minimum
+    d = lazy.decide(blocked=b, victim=pipe, state=_state(now, [pipe], [b]), predictor=_predictor(1e6))
+    assert d.verdict is Verdict.PREEMPT_NOW, d.reason

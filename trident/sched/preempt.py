@@ -25,9 +25,11 @@
     delay and ask again (the prediction grows with the victim's age);
   * an elastic victim (a pipeline) is shrunk, not stopped: it goes on at its
     minimum, so its cost also counts the seconds its predicted remaining run
-    stretches by on fewer GPUs (in the real-cluster benchmark a shrink of a
-    pipeline from 4 GPUs to 1, counted as its 2 s re-warm alone, delayed it by
-    10 s and the two pipelines queued behind it on its GPU type by as much again).
+    stretches by on the GPUs the blocked job leaves it (in the real-cluster
+    benchmark a shrink of a pipeline from 4 GPUs to 1, counted as its 2 s re-warm
+    alone, delayed it by 10 s and the two pipelines queued behind it on its GPU type
+    by as much again; counted as a stretch to its minimum, no 1-GPU job's wait ever
+    outweighed it).
 
 Every decision carries a reason with its numbers.
 """
@@ -129,18 +131,22 @@ class LazyPreemptor:
         work_ref_s = max(0.0, victim.attained_s(now) - setups_s) * speed
         return victim.setup_left_s(now) + self.prior.quantile_remaining_s(work_ref_s, self.remaining_quantile) / speed
 
-    def shrink_stretch_s(self, victim: JobView, now: float) -> float:
-        """Seconds a shrink to its minimum adds to an elastic ``victim``'s run (0 for a rigid job or
-        one at its minimum): its predicted remaining time, stretched by its speed on the GPUs it
-        holds over its speed on its minimum (``parallel_fraction`` of its work divides over them)."""
+    def shrink_stretch_s(self, victim: JobView, now: float, gpus_taken: float) -> float:
+        """Seconds an elastic ``victim``'s run stretches by when a blocked job takes ``gpus_taken``
+        of the GPUs it holds (0 for a rigid job or one at its minimum): its predicted remaining
+        time, stretched by its speed on the GPUs it holds over its speed on those it keeps (at
+        least its minimum; ``parallel_fraction`` of its work divides over them). A shrink frees
+        everything above its minimum, but what the blocked job does not take goes to the next jobs
+        in line (whose waits the gain does not count either) or is lent back once none waits."""
         job = victim.job
         if not job.elastic or victim.allocation is None:
             return 0.0
         held = victim.allocation.gpu_milli / MILLI_PER_GPU
-        if held <= job.num_gpus + 1e-9:
+        kept = max(job.num_gpus, held - gpus_taken)
+        if held <= kept + 1e-9:
             return 0.0
         p, top = job.parallel_fraction, job.max_gpus
-        stretch = ((1 - p) + p * top / job.num_gpus) / ((1 - p) + p * top / held)
+        stretch = ((1 - p) + p * top / kept) / ((1 - p) + p * top / held)
         return self.predicted_remaining_s(victim, now) * (stretch - 1.0)
 
     def _releases(self, state: SchedState, model: str) -> list[tuple[float, float]]:
@@ -188,7 +194,7 @@ class LazyPreemptor:
         blocked_setup_s = blocked.expected_setup_s if blocked.expected_setup_s > 0 else self.default_setup_s
         interval_s = max(predictor.predict_interval_s(now), 1e-9)
         pressure = 1.0 + (blocked_setup_s + self.checkpoint_restore_s) / interval_s
-        stretch_s = self.shrink_stretch_s(victim, now)
+        stretch_s = self.shrink_stretch_s(victim, now, blocked.job.num_gpus)
         cost_s = self.payoff_margin * pressure * (overhead_s * victim.job.num_gpus / blocked.job.num_gpus + stretch_s)
         swap = (f"the shrink costs the victim {overhead_s:.0f} s and stretches its run by ~{stretch_s:.0f} s"
                 if victim.job.elastic else f"the swap costs the victim {overhead_s:.0f} s")
