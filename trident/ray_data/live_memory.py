@@ -8,9 +8,9 @@ plan cannot grow it. Here the driver reads the same measure (RSS minus shared, a
 sees processes on this machine only (an actor on another node has no reading); a reading taken
 mid-task is a lower bound of that task's peak (the planner keeps its memory margin until finished
 tasks confirm it). An actor read as it comes up (Ray Data marks it running before it hands it a
-task) holds what its constructor left, its model for one: the part of a replica's memory that
-does not grow with the batch. "This machine": the actor's node has the driver's IP address (the nodes of a
-``ray.cluster_utils.Cluster`` share one). Executor thread only.
+task) holds what its constructor left, its model for one: a part of a replica's memory that does
+not grow with the batch. "This machine": the actor's node has the driver's IP address (the nodes
+of a ``ray.cluster_utils.Cluster`` share one). Executor thread only.
 """
 from __future__ import annotations
 

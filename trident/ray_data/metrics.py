@@ -54,7 +54,10 @@ def busy_time_tracker(pool: Any, at_rest: Callable[[Any], int | None] | None = N
         def pending_to_running(self, ready_ref: Any) -> Any:
             actor = super().pending_to_running(ready_ref)
             if actor is not None and self.trident_at_rest is not None:
-                uss = self.trident_at_rest(actor)
+                try:
+                    uss = self.trident_at_rest(actor)
+                except Exception:  # noqa: BLE001 - a reading that fails is no reading; the pool goes on
+                    uss = None
                 if uss:
                     self.trident_rest = uss if self.trident_rest is None else min(self.trident_rest, uss)
             return actor
