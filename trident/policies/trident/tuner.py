@@ -44,10 +44,17 @@ class Trial:
 
 def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: PlacementProblem,
                     rates: dict[str, Estimate], tracks: dict[str, OperatorTrack], settings: TridentSettings,
-                    seed: int) -> Trial | str | None:
+                    seed: int, *, free: bool = False) -> Trial | str | None:
     """The bottleneck's next batch size to try (or the best one found, once the search is over);
     why it settles on the current batch size when no further trial pays or trials are spent; or
-    ``None``: no limit, too little work left, no measured bottleneck to tune, or settled."""
+    ``None``: no limit, too little work left, no measured bottleneck to tune, or settled.
+
+    ``free``: the trial's replicas start anyway (a scale-up, or a pool still starting), so the
+    replica's memory at rest may certify it. A trial of a settled pool costs a rolling update and,
+    from one measured batch, its gain rests on the optimiser's prior alone (throughput may grow
+    with the batch); it is certified by the batch ratio as before (on the memory-bound scenario
+    the reading at rest certified batch 80 on 2 of Detect's 3 replicas, whose rate does not grow
+    with the batch: two swaps for nothing)."""
     limit = problem.memory_limit_bytes
     if settings.bo_trials == 0 or limit is None:
         return None
@@ -91,7 +98,7 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
     batches = tuple(sorted(set(seen) | set(growth)))  # a tried batch without a rate is not tried again
     bo = SafeBayesOpt(space=KnobSpace(batch_sizes=batches, concurrencies=concurrencies, device_types=(dev,)),
                       memory_limit_bytes=float(limit), initial=Knobs(b, n_max, dev), seed=seed,
-                      fixed_memory_bytes=float(others), rest_memory_bytes=tr.rest_heap or 0.0,
+                      fixed_memory_bytes=float(others), rest_memory_bytes=(tr.rest_heap or 0.0) if free else 0.0,
                       max_batch_growth=settings.bo_batch_growth)
     cost_s = settings.bo_trial_cold_starts * estimates.cold_start_s(tr, o, settings)
     try:
