@@ -28,7 +28,9 @@ to a random one:
   GPU; a node that still has one is ranked as if its tightest device were whole (FGD
   decides among those), so nodes with whole free GPUs stay whole for whole-GPU pods;
 - ``fgd-tight-tol`` (ours): as ``fgd-tight``, but only among the nodes whose FGD score is
-  within :data:`TIGHT_TOLERANCE` of the best; the others rank below them, as FGD.
+  within :data:`TIGHT_TOLERANCE` of the best; the others rank below them, as FGD;
+- ``fgd-lookahead`` (ours): FGD with a one-step lookahead over its first few near-best
+  nodes (:mod:`trident.sched.frag_lookahead`).
 
 Fragmentation of a node for a *typical* pod ``t`` (one of the most frequent pod shapes, with
 frequency ``f_t``): if the node cannot host ``t`` (too few fitting GPUs, too few CPUs, or
@@ -47,7 +49,7 @@ MILLI = 1000
 MAX_CPU_MILLI = 128_000
 MAX_GPU_MILLI = 8_000
 PLACERS = ("random", "dotprod", "gpu-clustering", "gpu-packing", "best-fit", "fgd", "fgd-bestfit", "fgd-tight",
-           "fgd-tight-shared", "fgd-tight-tol")
+           "fgd-tight-shared", "fgd-tight-tol", "fgd-lookahead")
 TIGHT_TOLERANCE = 1  # fgd-tight-tol: how far (score points, 0-100) below FGD's best a tight node may score
 TAGS = ("share", "1", "2", "4", "8", "other")
 
@@ -259,6 +261,7 @@ class FragPlacer:
         self.name = name
         self.typical = typical
         self.node_rank = None if node_rank is None else np.asarray(node_rank)
+        self.lookahead = None
 
     def choose(self, nodes: NodeArrays, pod: PodShape, rng: np.random.Generator) -> tuple[int, tuple[int, ...]] | None:
         idx = np.flatnonzero(nodes.feasible(pod))
@@ -360,6 +363,17 @@ class FragPlacer:
         rank = (MILLI - free.min(axis=1) + pod.gpu_milli) * (MAX_SCORE + 1) + score
         return np.where(near, rank + 2 * MILLI * (MAX_SCORE + 1), score), \
             np.where(near, free.argmin(axis=1), dev)
+
+    def _fgd_lookahead(self, nodes, pod, idx, rng):
+        score, dev = self._fgd(nodes, pod, idx, rng)
+        if self.lookahead is None:
+            from trident.sched.frag_lookahead import Lookahead
+
+            rank = self.node_rank if self.node_rank is not None else np.arange(len(nodes.cpu))
+            self.lookahead = Lookahead(self.typical, rank)
+        out = score.copy()
+        out[self.lookahead.choose(nodes, pod, idx, score, dev)] = score.max() + 1
+        return out, dev
 
 
 MAX_SCORE = 100

@@ -1,0 +1,127 @@
+"""``fgd-lookahead`` (ours): FGD with a one-step policy-improvement lookahead.
+
+For a pod, the candidates are FGD's first :data:`LOOKAHEAD_K` nodes in its own order (score,
+then the run's node order) among those within :data:`LOOKAHEAD_TOL` points of its best
+score. Each candidate ``c`` is valued by the expected fragmentation drop (milli-GPU) of
+placing the pod there *and then* one more pod drawn from the typical-pod distribution FGD
+already scores with, that pod placed greedily by FGD on the cluster as ``c`` leaves it::
+
+    V(c) = drop_pod(c) + sum_t f_t * drop_t(FGD's node for t | pod on c)
+
+The expectation is exact over the typical shapes (no sampling, no future pods read). A
+typical pod that would find no node counts as a drop of minus its GPU request. The pod
+goes to the candidate of the highest ``V``; FGD's own choice keeps the pod unless another
+candidate is better by more than :data:`LOOKAHEAD_MARGIN` milli-GPU.
+
+Every node's FGD score and drop for every typical shape are cached and recomputed only
+for the nodes whose free resources changed since the last call.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from trident.sched.frag_placers import (
+    MILLI,
+    NodeArrays,
+    PodShape,
+    Typical,
+    _sigmoid_score,
+    fragmentation,
+)
+
+LOOKAHEAD_K = 4        # candidates looked at (FGD's first in its order)
+LOOKAHEAD_TOL = 1      # how far below FGD's best score (points, 0-100) a candidate may be
+LOOKAHEAD_MARGIN = 0.0  # milli-GPU by which a candidate must beat FGD's choice
+
+
+def typical_table(gpu: np.ndarray, cpu: np.ndarray, model: np.ndarray, typ: Typical) -> tuple[np.ndarray, np.ndarray]:
+    """FGD's integer score (``-1`` where the shape does not fit) and fragmentation drop
+    (milli-GPU) of each typical shape (columns) on each node state (rows of ``gpu``).
+
+    Each shape has one variant per device: a share on that device (FGD takes the variant
+    of the highest score, the first on ties), a whole-GPU pod on the first free GPUs
+    (variant 0), a pod without GPUs (variant 0)."""
+    m, g = gpu.shape
+    n_t = len(typ.freq)
+    share = (typ.num > 0) & (typ.milli < MILLI)
+    whole_pod = (typ.num > 0) & ~share
+    ok = (cpu[None, :] >= typ.cpu[:, None]) & (typ.models[:, model] | (typ.num == 0)[:, None])      # (T, m)
+    whole = gpu >= MILLI
+    sub = np.zeros((n_t, g, m, g), dtype=np.int64)
+    sub[share] = typ.milli[share, None, None, None] * np.eye(g, dtype=np.int64)[:, None, :]
+    sub[whole_pod, 0] = MILLI * (whole[None] & (np.cumsum(whole, axis=1)[None] <= typ.num[whole_pod, None, None]))
+    valid = np.zeros((n_t, g, m), dtype=bool)
+    valid[share] = ok[share, None, :] & (gpu.T[None] >= typ.milli[share, None, None])
+    valid[~share, 0] = ok[~share] & (whole.sum(axis=1)[None] >= np.where(whole_pod, typ.num, 0)[~share, None])
+    after = (gpu[None, None] - sub).reshape(-1, g)
+    cpu_after = np.broadcast_to(cpu[None, None, :] - typ.cpu[:, None, None], (n_t, g, m)).reshape(-1)
+    rows_model = np.broadcast_to(model, (n_t, g, m)).reshape(-1)
+    drops = fragmentation(gpu, cpu, model, typ)[None, None, :] \
+        - fragmentation(after, cpu_after, rows_model, typ).reshape(n_t, g, m)
+    scores = np.where(valid, _sigmoid_score(drops), -1)
+    best = np.argmax(scores, axis=1)[:, None, :]                         # (T, 1, m): first of the highest
+    score = np.take_along_axis(scores, best, axis=1)[:, 0].T
+    drop = np.where(score >= 0, np.take_along_axis(drops, best, axis=1)[:, 0].T, 0.0)
+    return score, drop
+
+
+class Lookahead:
+    """The typical shapes' scores on every node, kept current, and the candidates' values."""
+
+    def __init__(self, typ: Typical, node_rank: np.ndarray) -> None:
+        self.typ = typ
+        self.rank = np.asarray(node_rank)
+        self.penalty = (typ.milli * typ.num).astype(float)      # a typical pod that fails (milli-GPU)
+        self.nodes: NodeArrays | None = None
+
+    def _refresh(self, nodes: NodeArrays) -> None:
+        if self.nodes is not nodes:
+            self.nodes, changed = nodes, np.arange(len(nodes.cpu))
+            self.score = np.empty((len(nodes.cpu), len(self.typ.freq)), dtype=np.int64)
+            self.drop = np.empty(self.score.shape)
+        else:
+            changed = np.flatnonzero((self.gpu != nodes.gpu).any(axis=1) | (self.cpu != nodes.cpu))
+        if len(changed):
+            self.score[changed], self.drop[changed] = typical_table(nodes.gpu[changed], nodes.cpu[changed],
+                                                                    nodes.model[changed], self.typ)
+        self.gpu, self.cpu = nodes.gpu.copy(), nodes.cpu.copy()
+
+    def _key(self, score: np.ndarray, nodes_idx: np.ndarray) -> np.ndarray:
+        """FGD's order as one integer (higher first): score, then the run's node order."""
+        n = len(self.rank)
+        return np.where(score >= 0, score * (n + 1) + (n - self.rank[nodes_idx]), -1)
+
+    def choose(self, nodes: NodeArrays, pod: PodShape, idx: np.ndarray, score: np.ndarray,
+               devs: np.ndarray | None) -> int:
+        """Index into ``idx`` of the node for ``pod``, given FGD's ``score`` and share devices."""
+        self._refresh(nodes)
+        key = self._key(score, idx)
+        order = np.argsort(-key, kind="stable")
+        cand = order[:LOOKAHEAD_K]
+        cand = cand[score[cand] >= score.max() - LOOKAHEAD_TOL]
+        if len(cand) < 2:
+            return int(order[0])
+        nodes_c = idx[cand]
+        gpu, cpu, model = nodes.gpu[nodes_c], nodes.cpu[nodes_c], nodes.model[nodes_c]
+        after = gpu.copy()
+        for r in range(len(cand)):
+            if pod.num_gpu and pod.gpu_milli < MILLI:
+                after[r, devs[cand[r]]] -= pod.gpu_milli
+            elif pod.num_gpu:
+                after[r, np.flatnonzero(gpu[r] >= MILLI)[:pod.num_gpu]] -= MILLI
+        cpu_after = cpu - pod.cpu_milli
+        value = fragmentation(gpu, cpu, model, self.typ) - fragmentation(after, cpu_after, model, self.typ)
+        new_score, new_drop = typical_table(after, cpu_after, model, self.typ)
+        new_key = self._key(new_score, nodes_c[:, None])
+        all_key = self._key(self.score, np.arange(len(self.rank))[:, None])
+        cols = np.arange(all_key.shape[1])
+        top2 = np.argpartition(-all_key, 1, axis=0)[:2]                  # (2, T) nodes, keys distinct
+        top2 = np.where(all_key[top2[0], cols] >= all_key[top2[1], cols], top2, top2[::-1])
+        for r, node in enumerate(nodes_c):
+            other = np.where(top2[0] == node, top2[1], top2[0])          # FGD's node for t elsewhere
+            other_key = all_key[other, cols]
+            mine = new_key[r] > other_key
+            gain = np.where(mine, new_drop[r], np.where(other_key >= 0, self.drop[other, cols], -self.penalty))
+            value[r] += float(self.typ.freq @ gain)
+        best = int(np.argmax(value))
+        return int(cand[best]) if value[best] > value[0] + LOOKAHEAD_MARGIN else int(cand[0])
