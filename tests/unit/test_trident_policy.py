@@ -567,10 +567,9 @@ def test_batch_size_search_leaves_the_first_batch_without_breaking_the_memory_li
     assert no_swap.finished and not [d for d in _plans(no_swap) if d.kind == "tune"]
 
 
-def _small_fixed_part(*, rest_read: bool = True, replicas: int = 8):
+def _small_fixed_part():
     spec = _batch_sensitive()
-    return replace(spec, operators=(spec.operators[0], replace(spec.operators[1], heap_base_bytes=150 * 2**20,
-                                                                rest_read=rest_read, replicas=replicas)))
+    return replace(spec, operators=(spec.operators[0], replace(spec.operators[1], heap_base_bytes=150 * 2**20)))
 
 
 def test_the_first_trial_reaches_four_times_the_batch_on_fewer_replicas_then_adds_replicas():
@@ -593,23 +592,6 @@ def test_the_first_trial_reaches_four_times_the_batch_on_fewer_replicas_then_add
                            settings=TridentSettings(bo_batch_growth=2.0))
     tunes = [d for d in _plans(simulate(spec, policy=narrow, seed=0)) if d.kind == "tune"]
     assert tunes and next(t for t in tunes[0].plan.targets if t.name == "embed").batch_size == 16
-
-
-def test_a_replica_read_at_rest_certifies_a_scale_up_trial_for_all_its_new_replicas():
-    """From one replica the first plan grows the pool and its new replicas start at the batch to
-    try (the trial costs no extra start). The 150 MiB a replica holds as it comes up does not grow
-    with the batch: from batch 8 (230 MiB) batch 32 is bounded by 150 + 4 x 80 MiB, not 4 x 230 MiB,
-    so every new replica that fits beside the old one starts at batch 32; without the reading
-    fewer do and a second plan adds the rest. The run is faster, and the limit holds."""
-    runs = {read: simulate(_small_fixed_part(rest_read=read, replicas=1), policy="trident", seed=0)
-            for read in (False, True)}
-    for res in runs.values():
-        assert res.finished and res.oom_kills == 0
-    trials = {read: next(t for d in _plans(res) if "folded into the scale-up" in d.reason
-                         for t in d.plan.targets if t.name == "embed") for read, res in runs.items()}
-    assert trials[True].batch_size == trials[False].batch_size == 32
-    assert trials[True].replicas == 7 > trials[False].replicas, trials  # 7 new beside the old one
-    assert runs[True].wall_s < runs[False].wall_s, (runs[True].wall_s, runs[False].wall_s)
 
 
 def test_a_larger_batch_is_not_tried_when_the_work_left_holds_few_batches_per_replica():
@@ -1065,6 +1047,26 @@ def _starting_pool(k: int, *, running: int, pending: int, total=13_500):
                               num_gpus=0.5, batch_size=8))
     return Snapshot(execution_id="e", seq=k, time_s=float(k), operators=(read, embed), input_rows_total=total,
                     cluster=ClusterView(cpus=16, gpus=4, memory_limit_bytes=5000 * MiB))
+
+
+def test_a_starting_pool_read_at_rest_takes_its_trial_on_all_its_pending_actors():
+    """The 150 MiB a replica holds as it comes up does not grow with the batch: from batch 8
+    (230 MiB) batch 32 is bounded by 150 + 4 x 80 MiB, not 4 x 230 MiB, so the trial starts all
+    seven pending actors at batch 32; without the reading, fewer (the batch ratio's bound)."""
+    MiB = 2**20
+    trials = {}
+    for rest in (None, 150 * MiB):
+        policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5000 * MiB, seed=0))
+        for k in range(30):
+            snap = _starting_pool(k, running=1, pending=7)
+            snap = replace(snap, operators=tuple(replace(o, heap_rest_per_replica_bytes=rest) if o.name == "embed"
+                                                 else o for o in snap.operators))
+            d = policy.step(snap, float(k))
+            if d.kind == "tune":
+                trials[rest] = next(t for t in d.plan.targets if t.name == "embed")
+                break
+    assert trials[None].batch_size == trials[150 * MiB].batch_size == 32, trials
+    assert trials[150 * MiB].replicas == 7 > trials[None].replicas, trials
 
 
 def test_a_pool_still_starting_takes_its_batch_size_trial_on_its_pending_actors():

@@ -200,8 +200,8 @@ class PipelineSim(Actuation):
                 tasks_in_flight=self._in_flight(st, warm_n, queue),
                 backpressured=st.backpressured,
                 heap_rss_bytes=int(heap), heap_rss_per_replica_bytes=None if per_replica is None else int(per_replica),
-                heap_rest_per_replica_bytes=(int(spec.heap_base_bytes) if spec.kind == "actor" and spec.rest_read
-                                             and spec.heap_base_bytes > 0 and warm_n > 0 else None),
+                heap_rest_per_replica_bytes=(int(spec.heap_base_bytes) if spec.kind == "actor" and spec.heap_base_bytes > 0
+                                             and warm_n > 0 else None),
                 busy_s=st.busy_s, completed=st.completed,
                 old_actors=sum(g.count for g in warm if g.retiring) if spec.kind == "actor" else 0,
             ))

@@ -49,9 +49,6 @@ class SimOperator:
     accelerator_type: str | None = None
     heap_base_bytes: float = 0.0
     heap_per_batch_row_bytes: float = 0.0
-    rest_read: bool = True
-    """Whether a replica's memory at rest (``heap_base_bytes``) is read as it comes up, as the Ray
-    shim reads actors on the driver's machine (not those on other machines)."""
     cold_start_s: float = 0.0
     regimes: tuple[Regime, ...] = ()
     regime_by: Literal["time", "rows"] = "time"
