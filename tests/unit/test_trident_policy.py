@@ -567,9 +567,10 @@ def test_batch_size_search_leaves_the_first_batch_without_breaking_the_memory_li
     assert no_swap.finished and not [d for d in _plans(no_swap) if d.kind == "tune"]
 
 
-def _small_fixed_part():
+def _small_fixed_part(*, replicas: int = 8):
     spec = _batch_sensitive()
-    return replace(spec, operators=(spec.operators[0], replace(spec.operators[1], heap_base_bytes=150 * 2**20)))
+    return replace(spec, operators=(spec.operators[0], replace(spec.operators[1], heap_base_bytes=150 * 2**20,
+                                                                replicas=replicas)))
 
 
 def test_the_first_trial_reaches_four_times_the_batch_on_fewer_replicas_then_adds_replicas():
@@ -592,6 +593,30 @@ def test_the_first_trial_reaches_four_times_the_batch_on_fewer_replicas_then_add
                            settings=TridentSettings(bo_batch_growth=2.0))
     tunes = [d for d in _plans(simulate(spec, policy=narrow, seed=0)) if d.kind == "tune"]
     assert tunes and next(t for t in tunes[0].plan.targets if t.name == "embed").batch_size == 16
+
+
+def test_a_replica_read_at_rest_certifies_a_scale_up_trial_for_all_its_new_replicas(monkeypatch):
+    """From one replica the first plan grows the pool and its new replicas start at the batch to
+    try (the trial costs no extra start). The 150 MiB a replica holds as it comes up does not grow
+    with the batch: from batch 8 (230 MiB) batch 32 is bounded by 150 + 4 x 80 MiB, not 4 x 230 MiB,
+    so every new replica that fits beside the old one starts at batch 32; unread (an actor on
+    another machine), fewer do and a second plan adds the rest. The run is faster; the limit holds."""
+    from trident.sim import pipeline as sim_pipeline
+
+    spec = _small_fixed_part(replicas=1)
+    read = simulate(spec, policy="trident", seed=0)
+    original = sim_pipeline.OperatorSnapshot
+    monkeypatch.setattr(sim_pipeline, "OperatorSnapshot",  # no reading at rest: an actor on another machine
+                        lambda *a, **k: original(*a, **{**k, "heap_rest_per_replica_bytes": None}))
+    blind = simulate(spec, policy="trident", seed=0)
+    runs = {True: read, False: blind}
+    for res in runs.values():
+        assert res.finished and res.oom_kills == 0
+    trials = {k: next(t for d in _plans(res) if "folded into the scale-up" in d.reason
+                      for t in d.plan.targets if t.name == "embed") for k, res in runs.items()}
+    assert trials[True].batch_size == trials[False].batch_size == 32
+    assert trials[True].replicas == 7 > trials[False].replicas, trials  # 7 new beside the old one
+    assert read.wall_s < blind.wall_s, (read.wall_s, blind.wall_s)
 
 
 def test_a_larger_batch_is_not_tried_when_the_work_left_holds_few_batches_per_replica():

@@ -242,7 +242,7 @@ class TridentPolicy:
         after = replace(snap, operators=tuple(view))
         before = self._tuner_state()
         trial = tuner.next_batch_size(after, [after.operator(o.name) for o in ops], replace(prob, current=alloc),
-                                      planning.rates, self.tracks, self.settings, self.context.seed)
+                                      planning.rates, self.tracks, self.settings, self.context.seed, free=True)
         trial = trial if isinstance(trial, tuner.Trial) else None
         # the tuner saw the planned pool: what fits is judged beside the actors running now
         n = self._beside(snap, trial) if trial is not None and trial.target.name in grown else 0

@@ -49,14 +49,12 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
     why it settles on the current batch size when no further trial pays or trials are spent; or
     ``None``: no limit, too little work left, no measured bottleneck to tune, or settled.
 
-    ``free``: the trial's actors are pending anyway (a pool still starting), so the replica's
-    memory at rest may certify it. A trial of a settled pool costs a rolling update and, from one
-    measured batch, its gain rests on the optimiser's prior alone (throughput may grow with the
-    batch); it is certified by the batch ratio (on the memory-bound scenario the reading at rest
-    certified batch 80 on 2 of Detect's 3 replicas, whose rate does not grow with the batch: two
-    swaps for nothing). So is a trial folded into a scale-up: certified for all its new replicas
-    at once, the batch-size scenario's 7 new actors took 12-14 s to start together on this 2-core
-    machine where the batch ratio's 4 took 4.4 s (110.8 s against 100.5 s for the run)."""
+    ``free``: the trial's actors start anyway (a scale-up, or a pool still starting), so the
+    replica's memory at rest may certify it. A trial of a settled pool costs a rolling update and,
+    from one measured batch, its gain rests on the optimiser's prior alone (throughput may grow
+    with the batch); it is certified by the batch ratio (on the memory-bound scenario the reading
+    at rest certified batch 80 on 2 of Detect's 3 replicas, whose rate does not grow with the
+    batch: two swaps for nothing)."""
     limit = problem.memory_limit_bytes
     if settings.bo_trials == 0 or limit is None:
         return None
