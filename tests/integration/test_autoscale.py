@@ -143,11 +143,13 @@ def test_pool_reaches_policy_target_within_bounded_time():
     assert len({r["pid"] for r in rows}) == 3  # three distinct actor processes did the work
 
 
-def test_a_running_task_memory_is_read_before_it_finishes():
+def test_a_pool_is_read_at_rest_and_while_its_first_tasks_run():
     """Ray Data reports a task's memory when the task ends; the snapshot reads a pool's actors
-    that run a task live, so the memory is known while the first tasks still run."""
+    that run a task live, so the memory is known while the first tasks still run. Each actor is
+    also read as it comes up, before Ray Data hands it a task: the 200 MiB its constructor holds
+    is in that reading, the 300 MiB a batch holds is not."""
     ds = ray.data.range(8, override_num_blocks=4).map_batches(
-        HoldsMemory, fn_constructor_kwargs={"mib": 300, "hold_s": 3.0},
+        HoldsMemory, fn_constructor_kwargs={"mib": 300, "hold_s": 3.0, "rest_mib": 200},
         compute=ActorPoolStrategy(min_size=1, max_size=1), num_gpus=0.5, batch_size=2)
     with trident.autoscale(policy="ray", interval_s=0.25) as run:
         rows = ds.take_all()
@@ -158,23 +160,8 @@ def test_a_running_task_memory_is_read_before_it_finishes():
     assert early and max(early) >= 300 * 2**20, [(o.tasks_finished, o.heap_live_per_replica_bytes) for o in ops]
     finished = [o.heap_rss_per_replica_bytes for o in ops if o.heap_rss_per_replica_bytes]
     assert finished and max(early) <= 1.5 * max(finished)  # the same measure as the finished tasks'
-
-
-def test_an_actor_is_read_at_rest_before_its_first_task():
-    """Each actor is read as it comes up, before Ray Data hands it a task: the 200 MiB its
-    constructor holds is in the reading, the 300 MiB a batch holds is not."""
-    ds = ray.data.range(8, override_num_blocks=4).map_batches(
-        HoldsMemory, fn_constructor_kwargs={"mib": 300, "hold_s": 1.0, "rest_mib": 200},
-        compute=ActorPoolStrategy(min_size=1, max_size=1), num_gpus=0.5, batch_size=2)
-    with trident.autoscale(policy="ray", interval_s=0.25) as run:
-        rows = ds.take_all()
-    assert_each_id_once(rows, 8)
-    (execution,) = run.executions
-    ops = stand_in_snapshots(execution)
     rest = [o.heap_rest_per_replica_bytes for o in ops if o.heap_rest_per_replica_bytes]
-    finished = [o.heap_rss_per_replica_bytes for o in ops if o.heap_rss_per_replica_bytes]
-    assert rest and finished, [(o.tasks_finished, o.heap_rest_per_replica_bytes) for o in ops]
-    assert min(rest) >= 200 * 2**20
+    assert rest and min(rest) >= 200 * 2**20, [(o.tasks_finished, o.heap_rest_per_replica_bytes) for o in ops]
     assert max(rest) <= max(finished) - 250 * 2**20  # no batch's memory in it
 
 
