@@ -311,17 +311,6 @@ def calibrate(stage, workload: tuple[Arrival, ...]) -> dict:
     return out
 
 
-def observed_rewarm_s(doc: dict) -> float:
-    """A pipeline's re-warm (s) in a result document: its calibration's, else the median of the
-    pipelines' re-warms seen in the contenders' runs (each ``warm`` event after a pipeline's first)."""
-    if "pipeline_rewarm_s" in doc["calibration"]:
-        return doc["calibration"]["pipeline_rewarm_s"]
-    seen = [float(e.split("actors started in ")[1].split(" s")[0]) for r in doc["rows"]
-            for name, events in r["events"].items() if name.startswith("pipe")
-            for e in [e for e in events if " warm (" in e][1:]]
-    return round(float(np.median(seen)), 2)
-
-
 def run_sim(name: str, calib: dict | None, workload: tuple[Arrival, ...],
             run_scale: dict[str, float] | None = None, plugs: tuple | None = None) -> dict:
     """The contender in the simulator, on the observed setups and durations of ``calib`` (the
@@ -486,10 +475,9 @@ def result_name(stem: str, scenario: str, ext: str = "json") -> str:
 def last_calibration(scenario: str) -> dict:
     """The calibration of the scenario's last real run, else of the default scenario's (the
     same machine and stand-ins; pipeline shapes it did not run are estimated, :func:`solo_times`),
-    with the pipelines' observed re-warm (s)."""
+    with the pipelines' re-warm (s) observed in its solo runs."""
     path = OUT / result_name("job_layer_real", scenario)
-    real = json.loads((path if path.exists() else OUT / "job_layer_real.json").read_text())
-    return {**real["calibration"], "pipeline_rewarm_s": observed_rewarm_s(real)}
+    return json.loads((path if path.exists() else OUT / "job_layer_real.json").read_text())["calibration"]
 
 
 def sim_only(args) -> int:

@@ -197,12 +197,12 @@ class SnapshotBuilder:
             info = op.get_actor_info()
             actors = dict(actors_running=info.running, actors_pending=info.pending, actors_idle=info.idle,
                           tasks_in_flight=info.tasks_in_flight)
-            pool = busy_time_tracker(op.get_autoscaling_actor_pools()[0], self._live.uss_of)
+            pool = op.get_autoscaling_actor_pools()[0]  # wrapped by busy_time_tracker at start
             by_type = usage_by_type(pool, self.cluster.node_type)
             old = getattr(pool, "trident_old", set())
             actors["old_actors"] = len(old & set(pool._running_actors))
             live = self._live.max_task_uss(pool, exclude=old)
-            rest = pool.trident_rest
+            rest = getattr(pool, "trident_rest", None)
         rss_per_replica = None
         rss_total = None
         if kind != "other":

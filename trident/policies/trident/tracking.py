@@ -9,7 +9,6 @@ and the plan is revisited. The filtered samples of a regime fit a GP model, when
 """
 from __future__ import annotations
 
-import math
 import warnings
 from collections import deque
 from dataclasses import dataclass, field
@@ -46,9 +45,6 @@ class OperatorTrack:
     heap: dict[ConfigKey, float] = field(default_factory=dict)
     """Largest heap bytes per replica seen, per configuration."""
     heap_samples: dict[ConfigKey, int] = field(default_factory=dict)
-    rest_heap: float | None = None
-    """Smallest heap bytes of a replica read as it came up, before its first task: a part of
-    every configuration's heap that does not grow with the batch."""
     key: ConfigKey | None = None
     window: Counters | None = None
     pending_since_s: float | None = None
@@ -117,8 +113,6 @@ class Observer:
         done = op.rows_in_done_total if op.rows_in_done_total is not None else op.rows_in_total
         if done > 0 and op.rows_out_total > 0 and op.tasks_finished >= MIN_TASKS_FOR_SELECTIVITY:
             tr.selectivity = op.rows_out_total / done  # rows in flight are in but not yet out: not counted
-        if op.heap_rest_per_replica_bytes:
-            tr.rest_heap = min(tr.rest_heap or math.inf, float(op.heap_rest_per_replica_bytes))
         key = key_of(op.config)
         if key != tr.key:
             if tr.key is not None:  # our own reconfiguration: measurements restart, not a regime change

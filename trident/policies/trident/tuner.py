@@ -98,7 +98,7 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
     batches = tuple(sorted(set(seen) | set(growth)))  # a tried batch without a rate is not tried again
     bo = SafeBayesOpt(space=KnobSpace(batch_sizes=batches, concurrencies=concurrencies, device_types=(dev,)),
                       memory_limit_bytes=float(limit), initial=Knobs(b, n_max, dev), seed=seed,
-                      fixed_memory_bytes=float(others), rest_memory_bytes=(tr.rest_heap or 0.0) if free else 0.0,
+                      fixed_memory_bytes=float(others), rest_memory_bytes=float(o.heap_rest_per_replica_bytes or 0) if free else 0.0,
                       max_batch_growth=settings.bo_batch_growth)
     cost_s = settings.bo_trial_cold_starts * estimates.cold_start_s(tr, o, settings)
     try:
