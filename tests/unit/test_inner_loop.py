@@ -79,10 +79,12 @@ def test_the_inner_rule_moves_as_ray_does_and_grows_at_least_as_far(size, pendin
         assert ours == -1  # one at a time, as Ray
 
 
-def _actor(name, index, *, replicas, in_flight, queued, gpus=0.5, cpus=1.0, lo=1, hi=8, heap=None, accel=None):
+def _actor(name, index, *, replicas, in_flight, queued, gpus=0.5, cpus=1.0, lo=1, hi=8, heap=None, accel=None,
+           rest=None):
     return OperatorSnapshot(
         name=name, index=index, rows_in_total=100, tasks_in_flight=in_flight, input_queue_blocks=queued,
         actors_running=replicas, tasks_running=min(in_flight, replicas), heap_rss_per_replica_bytes=heap,
+        heap_rest_per_replica_bytes=rest,
         config=OperatorConfig(kind="actor", replicas=replicas, min_replicas=lo, max_replicas=hi, num_cpus=cpus,
                               num_gpus=gpus, accelerator_type=accel))
 
@@ -137,10 +139,30 @@ def test_a_pool_not_measured_yet_holds_as_much_memory_as_the_largest_measured():
     assert "under the memory limit" in reasons[0]
 
 
+def test_a_pool_not_measured_yet_is_charged_its_reading_at_rest_grown_as_the_measured_pools_grew():
+    """The video benchmark: OCR measured (858 MiB with its margin, 746 at rest), embed's first
+    task not finished (647 MiB at rest); 5 GiB. Charged OCR's heap, embed left room for 3 more
+    OCR replicas; charged its reading at rest grown by the margin, 4 (the memory limit's 5)."""
+    MiB = 2**20
+    ocr = _actor("ocr", 0, replicas=1, in_flight=2, queued=25, rest=746 * MiB)
+    embed = _actor("embed", 1, replicas=1, in_flight=0, queued=0, rest=647 * MiB)
+    heaps = {"ocr": 858 * MiB}
+    targets, reasons = inner_targets(_snap(ocr, embed), {}, heaps, memory_limit_bytes=5 * GiB, settings=S)
+    assert targets == [OperatorTarget(name="ocr", replicas=5)], reasons
+    # no reading at rest for embed: charged as the largest pool measured, as before
+    targets, reasons = inner_targets(_snap(ocr, replace(embed, heap_rest_per_replica_bytes=None)), {}, heaps,
+                                     memory_limit_bytes=5 * GiB, settings=S)
+    assert targets == [OperatorTarget(name="ocr", replicas=4)], reasons
+    # a measured pool that grew 60% above its reading at rest: embed is charged as growing as much
+    big = room_of(_snap(replace(ocr, heap_rest_per_replica_bytes=536 * MiB), embed), {}, heaps, 5 * GiB,
+                  margin=S.memory_margin)
+    assert big.memory_bytes == pytest.approx(5 * GiB - 858 * MiB - 647 * MiB * 858 / 536)
+
+
 def test_room_counts_actor_cpus_gpus_and_the_cpus_task_operators_hold():
     snap = _snap(_task("read", 0, running=6), _actor("a", 1, replicas=4, in_flight=0, queued=0),
                  _actor("b", 2, replicas=2, in_flight=0, queued=0, gpus=1.0), cpus=12.0, gpus=4.0)
-    room = room_of(snap, {"a": 5}, {}, None)  # a was told to have 5
+    room = room_of(snap, {"a": 5}, {}, None, margin=0.15)  # a was told to have 5
     assert room.cpus == pytest.approx(12 - 6 - 5 - 2)
     assert room.gpus == pytest.approx(4 - 2.5 - 2)
 
@@ -149,7 +171,7 @@ def test_a_target_short_of_cpus_names_the_task_operator_and_caps_it_to_make_room
     snap = _snap(_task("read", 0, running=8), _actor("a", 1, replicas=2, in_flight=4, queued=50), cpus=10.0)
     step = RolloutStep(operator="a", action="scale_up", replicas_from=2, replicas_to=4,
                        target=OperatorTarget(name="a", replicas=4), phase=0, reason="test")
-    stuck = obstacle(snap, snap.operator("a"), step, room_of(snap, {"a": 4}, {}, None))
+    stuck = obstacle(snap, snap.operator("a"), step, room_of(snap, {"a": 4}, {}, None, margin=0.15))
     assert "CPUs short" in stuck.obstacle and "read (8 tasks)" in stuck.obstacle
     assert stuck.task_caps == (OperatorTarget(name="read", replicas=6),)
 
@@ -160,7 +182,7 @@ def test_a_target_beyond_the_gpus_of_its_type_names_the_type():
         cluster=ClusterView(cpus=16, gpus=4, gpus_by_type=(("A", 2.0), ("B", 2.0))))
     step = RolloutStep(operator="a", action="scale_up", replicas_from=2, replicas_to=3,
                        target=OperatorTarget(name="a", replicas=3), phase=0, reason="test")
-    stuck = obstacle(snap, snap.operator("a"), step, room_of(snap, {"a": 3}, {}, None))
+    stuck = obstacle(snap, snap.operator("a"), step, room_of(snap, {"a": 3}, {}, None, margin=0.15))
     assert "GPUs of type B too few" in stuck.obstacle and stuck.task_caps == ()
 
 
@@ -197,7 +219,7 @@ def test_actors_pending_although_the_totals_fit_cap_task_operators_but_never_the
     snap = _snap(_task("read", 0, running=4), pool, _task("Write", 2, running=3), cpus=16.0)
     step = RolloutStep(operator="a", action="scale_up", replicas_from=2, replicas_to=4,
                        target=OperatorTarget(name="a", replicas=4), phase=0, reason="test")
-    stuck = obstacle(snap, snap.operator("a"), step, room_of(snap, {"a": 4}, {}, None))
+    stuck = obstacle(snap, snap.operator("a"), step, room_of(snap, {"a": 4}, {}, None, margin=0.15))
     assert "pending although the plan fits the cluster's totals" in stuck.obstacle and not stuck.short
     assert stuck.task_caps == (OperatorTarget(name="read", replicas=2),)
 
@@ -212,5 +234,5 @@ def test_actors_pending_while_the_gpu_nodes_cpus_hold_every_actor_and_task_cap_n
         snap = Snapshot(execution_id="e", seq=1, time_s=1.0, operators=(_task("read", 0, running=4), pool),
                         cluster=ClusterView(cpus=16, gpus=4, gpus_by_type=(("A", 2.0), ("B", 2.0)),
                                             cpus_by_type=(("A", node_cpus / 2), ("B", node_cpus / 2))))
-        stuck = obstacle(snap, snap.operator("a"), step, room_of(snap, {"a": 8}, {}, None))
+        stuck = obstacle(snap, snap.operator("a"), step, room_of(snap, {"a": 8}, {}, None, margin=0.15))
         assert bool(stuck.task_caps) is capped and not stuck.short, (node_cpus, stuck)

@@ -850,6 +850,31 @@ def test_a_type_is_not_compared_over_time_the_pool_was_backpressured():
         assert (ratio < problem.TYPE_SPEEDUP) is skip_backpressure, (skip_backpressure, rates)
 
 
+def _dwelling_policy(types):
+    """A policy that has watched 30 s of :func:`_typed_snapshot` (both pools' actors on ``types``)
+    and planned a second ago (it dwells), and the next snapshot."""
+    policy = TridentPolicy()
+    for k in range(30):
+        policy._observe(_typed_snapshot(k, detect_types=types, embed_types=types))
+    policy.last_plan_s = policy.last_look_s = 29.0
+    policy.observer.changed = False  # the first windows were planned with
+    return policy, _typed_snapshot(30, detect_types=types, embed_types=types)
+
+
+def test_rates_measured_per_accelerator_type_are_planned_with_at_once_not_after_the_dwell():
+    """On the two-types scenario Detect's rate on its second type was in at 50 s and the per-type
+    plan waited for the dwell until 58.6 s, the pools on the wrong types meanwhile."""
+    policy, snap = _dwelling_policy(("A", "B"))
+    d = policy.step(snap, 30.0)
+    assert d.kind == "plan", d.reason
+    assert any("accelerator types measured" in n for n in d.notes), d.notes
+    moved = {t.name: t.accelerator_type for t in d.plan.targets if t.accelerator_type}
+    assert moved.get("detect") == "B" or moved.get("embed") == "A", d.reason
+    # no pool measured on a second type: nothing is new, the dwell holds
+    policy, snap = _dwelling_policy(("A",))
+    assert policy.step(snap, 30.0).kind == "dwell"
+
+
 def test_a_pool_pinned_to_a_type_keeps_being_modelled():
     """After a move to type B the operator's samples name a device its model was not built for:
     the model is rebuilt with it, and fitting works (it used to fail at every step)."""

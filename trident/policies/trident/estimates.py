@@ -99,6 +99,27 @@ def heap(tr: OperatorTrack, key: ConfigKey, settings: TridentSettings) -> float:
     return seen * (1 + margin)
 
 
+def unmeasured_heap(op: OperatorSnapshot, snap: Snapshot, heap_bytes: dict[str, float], margin: float) -> float:
+    """Heap bytes per replica to charge an actor pool whose heap is not measured yet (no task of
+    it finished): its reading at rest (the smallest of its actors' before their first task) grown
+    as much as the most any measured pool's estimate stands above its own reading at rest, at
+    least by ``margin``; without those readings, as much as the largest pool's estimate.
+
+    The largest pool alone overcharges a small pool: on the video benchmark the embed pool,
+    whose first task finishes only once a batch of clips is through OCR (30 s), was charged
+    OCR's 858 MiB where it holds 654 (647 at rest), and the fifth OCR replica waited 13 s for a
+    plan. A reading at rest is a floor, not a bound (PDF's embed holds 16% more with a batch of
+    8 texts), hence the growth measured on the other pools."""
+    pools = [o for o in snap.operators if o.config.kind == "actor"]
+    largest = max((heap_bytes.get(o.name, 0.0) for o in pools), default=0.0)
+    growth = [heap_bytes[o.name] / o.heap_rest_per_replica_bytes for o in pools
+              if heap_bytes.get(o.name) and o.heap_rest_per_replica_bytes]
+    rest = op.heap_rest_per_replica_bytes
+    if not rest or not growth:
+        return largest
+    return rest * max(1.0 + margin, *growth)
+
+
 def cold_start_s(tr: OperatorTrack, op: OperatorSnapshot, settings: TridentSettings) -> float:
     """Seconds a new replica takes to start (0 for task operators)."""
     if op.config.kind != "actor":

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from trident.policies.trident import estimates
 from trident.policies.trident.records import Bounds
 from trident.policies.trident.settings import TridentSettings
 from trident.types import OperatorSnapshot, OperatorTarget, Snapshot
@@ -83,14 +84,13 @@ class Room:
 
 
 def room_of(snap: Snapshot, held: dict[str, int], heap_bytes: dict[str, float],
-            memory_limit_bytes: int | None) -> Room:
+            memory_limit_bytes: int | None, *, margin: float) -> Room:
     """Resources left once every operator holds what it has or was told to have (``held``:
     replicas per actor pool, the larger of current and planned); task operators hold the CPUs
-    of their running tasks. A pool whose heap is not measured yet holds as much per replica as
-    the largest pool measured, as the planner assumes (else a replica the inner loop adds would
-    be taken back by the next plan)."""
+    of their running tasks. A pool whose heap is not measured yet is charged as the planner
+    charges it (:func:`estimates.unmeasured_heap`, with ``margin``; else a replica the inner
+    loop adds would be taken back by the next plan)."""
     cpus, gpus, mem = snap.cluster.cpus, snap.cluster.gpus, 0.0
-    prior = max((heap_bytes.get(o.name, 0.0) for o in snap.operators if o.config.kind == "actor"), default=0.0)
     typed = dict(snap.cluster.gpus_by_type)
     for o in snap.operators:
         if o.config.kind == "task" and not o.completed:
@@ -101,7 +101,8 @@ def room_of(snap: Snapshot, held: dict[str, int], heap_bytes: dict[str, float],
             gpus -= n * o.config.num_gpus
             if o.config.accelerator_type in typed:
                 typed[o.config.accelerator_type] -= n * o.config.num_gpus
-            mem += n * (heap_bytes.get(o.name, 0.0) or prior)
+            if n:
+                mem += n * (heap_bytes.get(o.name, 0.0) or estimates.unmeasured_heap(o, snap, heap_bytes, margin))
     free_mem = math.inf if memory_limit_bytes is None else memory_limit_bytes - mem
     return Room(cpus=cpus, gpus=gpus, gpus_by_type=typed, memory_bytes=free_mem)
 
@@ -122,7 +123,7 @@ def inner_targets(snap: Snapshot, bounds: dict[str, Bounds], heap_bytes: dict[st
              and o.config.replicas is not None]
     held = {o.name: max(o.config.replicas or 0, bounds[o.name].lo if o.name in bounds else 0)
             for o in snap.operators if o.config.kind == "actor"}
-    room = room_of(snap, held, heap_bytes, memory_limit_bytes)
+    room = room_of(snap, held, heap_bytes, memory_limit_bytes, margin=settings.memory_margin)
     wants: dict[str, tuple[int, str]] = {}
     for o in pools:
         b = bounds.get(o.name, Bounds(o.config.min_replicas, o.config.max_replicas, "the user's bounds"))

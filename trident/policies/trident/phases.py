@@ -97,7 +97,7 @@ class Phases:
         return [st for st in self.current if st.operator in byname and _settling(byname[st.operator], st)]
 
     def stuck(self, snap: Snapshot, now: float, *, patience_steps: int, cold_start_s: dict[str, float],
-              heap_bytes: dict[str, float], memory_limit_bytes: int | None) -> Stuck | None:
+              heap_bytes: dict[str, float], memory_limit_bytes: int | None, margin: float) -> Stuck | None:
         """The first settling pool that has not moved for ``patience_steps`` steps (plus its cold
         start while an actor is pending), with its obstacle; ``None`` while all move or wait."""
         if snap.applied_plan_seq < self.plan_seq:
@@ -113,7 +113,7 @@ class Phases:
                 continue
             p.steps += 1
             held = {s.operator: max(s.replicas_to, 0) for s in self.current}
-            why = obstacle(snap, o, st, room_of(snap, held, heap_bytes, memory_limit_bytes))
+            why = obstacle(snap, o, st, room_of(snap, held, heap_bytes, memory_limit_bytes, margin=margin))
             grace = 0.0
             cold = cold_start_s.get(st.operator, 0.0)
             if st.action == "scale_down" or o.old_actors:  # drained actors finish the tasks they hold

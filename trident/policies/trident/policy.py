@@ -64,6 +64,8 @@ class TridentPolicy:
         """(operator, rows out/s) the plan made in this step expects."""
         self.inner_sent: dict[str, int] = {}
         """The last size the inner loop asked of each pool (the shim keeps a target until changed)."""
+        self.looked_per_type = False
+        """Whether the planner's last look planned GPU pools per accelerator type."""
 
     @property
     def tracks(self):
@@ -118,7 +120,10 @@ class TridentPolicy:
     def _outer(self, snap: Snapshot, now: float, notes: list[str]) -> Decision:
         """Plan when due and not dwelling."""
         s = self.settings
-        changed = self.observer.changed or self.replan_now
+        typed = self._types_newly_measured(snap)
+        if typed:
+            notes.append("accelerator types measured: the pools can be planned per type now")
+        changed = self.observer.changed or self.replan_now or typed
         dwell_s = self._dwell_s()
         if self.last_plan_s is not None and now - self.last_plan_s < dwell_s and not changed:
             return Decision(time_s=now, reason=f"dwell: last plan {now - self.last_plan_s:.0f} s ago "
@@ -126,6 +131,15 @@ class TridentPolicy:
         if self.last_look_s is not None and now - self.last_look_s < s.plan_interval_s and not changed:
             return Decision(time_s=now, reason="observing", notes=tuple(notes), kind="observe")
         return self._plan(snap, now, notes)
+
+    def _types_newly_measured(self, snap: Snapshot) -> bool:
+        """Whether the pools can be planned per accelerator type and the last look could not: what
+        each pool is worth on each type is the largest thing a plan can learn, and neither the
+        dwell nor the planning interval holds it back (on the two-types scenario Detect's rate on
+        its second type was in at 50 s and the per-type plan waited for the dwell until 58.6 s)."""
+        if self.looked_per_type or not any(g > 0 for _, g in snap.cluster.gpus_by_type):
+            return False
+        return problem.typed_view(snap, problem.plannable(snap), self.tracks, self.settings).per_type
 
     # --- the outer planner ---------------------------------------------------------------------
 
@@ -138,7 +152,7 @@ class TridentPolicy:
         if planning.problem is None:  # looked again at the next step: the evidence may come any moment
             return Decision(time_s=now, reason=planning.why, notes=tuple(notes), kind="observe")
         prob = self._with_ceilings(planning.problem, now)
-        self.last_look_s = now
+        self.last_look_s, self.looked_per_type = now, planning.per_type
         self.observer.changed = self.replan_now = False
         short = self._below_one_replica(snap, ops)
         if short:
@@ -288,7 +302,8 @@ class TridentPolicy:
         replica (at most the trial's count)."""
         t = trial.target
         c = snap.operator(t.name).config
-        room = room_of(snap, held or {}, self._heaps(snap), self.context.memory_limit_bytes)
+        room = room_of(snap, held or {}, self._heaps(snap), self.context.memory_limit_bytes,
+                       margin=self.settings.memory_margin)
         n = t.replicas
         if c.num_gpus > 0:
             n = min(n, math.floor(room.gpus / c.num_gpus + 1e-9))
@@ -412,7 +427,8 @@ class TridentPolicy:
         stuck = self.phases.stuck(snap, now, patience_steps=s.stuck_intervals,
                                   cold_start_s={n: estimates.cold_start_s(tr, snap.operator(n), s)
                                                 for n, tr in self.tracks.items() if n in self.phases.operators()},
-                                  heap_bytes=self._heaps(snap), memory_limit_bytes=self.context.memory_limit_bytes)
+                                  heap_bytes=self._heaps(snap), memory_limit_bytes=self.context.memory_limit_bytes,
+                                  margin=s.memory_margin)
         if stuck is not None and not stuck.drain:
             return self._replan(stuck, snap, now, notes)
         timed_out = now - self.phases.started_s >= s.rollout_timeout_s

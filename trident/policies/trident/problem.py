@@ -39,6 +39,8 @@ class Planning:
     rates: dict[str, Estimate]
     """Input rows per replica-second per operator, and their source."""
     why: str = ""
+    per_type: bool = False
+    """Whether the problem plans GPU pools per accelerator type (:class:`TypedView`)."""
 
 
 def plannable(snap: Snapshot) -> list[OperatorSnapshot]:
@@ -53,21 +55,8 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
     if cluster.cpus <= 0:
         return Planning(None, {}, "observing: the cluster's size is not known yet")
     typed = {t: g for t, g in cluster.gpus_by_type if g > 0}
-    gpu_ops = [o for o in ops if o.config.num_gpus > 0]
-    # an unpinned pool's rate on each type its actors ran on; planned per type once every
-    # type it holds actors on is measured
-    seen = {o.name: estimates.typed_rates(tracks[o.name], key_of(o.config), settings.min_busy_s)
-            for o in gpu_ops if o.config.accelerator_type is None}
-    # ... and only where some pool is materially faster on one type than another: between
-    # types of equal speed a per-type plan only pins pools where the noise put them
-    differs = any(len(r) >= 2 and max(r.values()) >= TYPE_SPEEDUP * min(r.values()) for r in seen.values())
-    # a pool may be as much faster on a type it never ran on as any pool was between two types
-    upside = max((max(r.values()) / min(r.values()) for r in seen.values() if len(r) >= 2 and min(r.values()) > 0),
-                 default=1.0)
-    per_type = bool(typed) and all(o.config.accelerator_type in typed
-                                   or (differs and seen.get(o.name)
-                                       and {u.accelerator_type for u in o.by_type if u.actors} <= set(seen[o.name]))
-                                   for o in gpu_ops)
+    view = typed_view(snap, ops, tracks, settings)
+    seen, per_type, upside = view.seen, view.per_type, view.upside
     nodes = [NodeType(name=CPU, count=1, cpus=cluster.cpus)]
     if per_type:
         cpus_of = dict(cluster.cpus_by_type)
@@ -76,9 +65,8 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
     elif cluster.gpus > 0:
         nodes.append(NodeType(name=ANY_GPU, count=1, cpus=cluster.cpus, gpus=cluster.gpus))
     specs, current, rates, missing = [], {}, {}, []
-    # a replica not measured yet is assumed as large as the largest replica measured so far
-    heap_prior = max((estimates.heap(tracks[o.name], key_of(o.config), settings) for o in ops
-                      if o.config.kind == "actor"), default=0.0)
+    heaps = {o.name: estimates.heap(tracks[o.name], key_of(o.config), settings) for o in ops
+             if o.config.kind == "actor"}
     sels = estimates.selectivities(ops, tracks)
     f, factors = 1.0, []
     for sel in sels:
@@ -107,7 +95,8 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
             cap = max(replicas, lo or 0)  # its input is all handed out: more replicas would idle
             hi = cap if hi is None else min(hi, cap)
         rates[o.name] = Estimate(rate_in, source)
-        heap = estimates.heap(tr, key, settings) or (heap_prior if o.config.kind == "actor" else 0.0)
+        heap = heaps.get(o.name, 0.0) or (estimates.unmeasured_heap(o, snap, heaps, settings.memory_margin)
+                                          if o.config.kind == "actor" else 0.0)
         # unpinned: an option per type it was measured on, split as it runs now; planned on one
         # type (which of its actors Ray removes cannot be chosen, so a split cannot be steered)
         if per_type and o.name in seen:
@@ -144,7 +133,41 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
     left_s = remaining_s(snap, problem, tracks)
     if left_s is not None:  # a cold start is amortised over the work left, at most the horizon
         problem = replace(problem, horizon_s=max(min(settings.horizon_s, left_s), 1.0))
-    return Planning(problem, rates)
+    return Planning(problem, rates, per_type=per_type)
+
+
+@dataclass(frozen=True)
+class TypedView:
+    """What is known of the GPU pools' speeds per accelerator type."""
+
+    seen: dict[str, dict[str, float]]
+    """Each unpinned GPU pool's rate (rows out per busy replica-second) on each type it was measured on."""
+    per_type: bool
+    """Whether pools are planned per type: every GPU pool pinned, or measured on every type it
+    holds actors on, and some pool materially faster on one type than another."""
+    upside: float
+    """How much faster a pool may be on a type it never ran on: the largest ratio measured
+    between two types."""
+
+
+def typed_view(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, OperatorTrack],
+               settings: TridentSettings) -> TypedView:
+    typed = {t for t, g in snap.cluster.gpus_by_type if g > 0}
+    gpu_ops = [o for o in ops if o.config.num_gpus > 0]
+    # an unpinned pool's rate on each type its actors ran on; planned per type once every
+    # type it holds actors on is measured
+    seen = {o.name: estimates.typed_rates(tracks[o.name], key_of(o.config), settings.min_busy_s)
+            for o in gpu_ops if o.config.accelerator_type is None}
+    # ... and only where some pool is materially faster on one type than another: between
+    # types of equal speed a per-type plan only pins pools where the noise put them
+    differs = any(len(r) >= 2 and max(r.values()) >= TYPE_SPEEDUP * min(r.values()) for r in seen.values())
+    upside = max((max(r.values()) / min(r.values()) for r in seen.values() if len(r) >= 2 and min(r.values()) > 0),
+                 default=1.0)
+    per_type = bool(typed) and all(o.config.accelerator_type in typed
+                                   or (differs and seen.get(o.name)
+                                       and {u.accelerator_type for u in o.by_type if u.actors} <= set(seen[o.name]))
+                                   for o in gpu_ops)
+    return TypedView(seen, per_type, upside)
 
 
 def work_left(snap: Snapshot, ops: list[OperatorSnapshot], sels: list[float], *, capacity: list[float],
