@@ -1,5 +1,8 @@
-"""``fgd-lookahead``: its typical-shape table against FGD's own score, a cluster where the
-lookahead provably beats FGD's choice, and seeded runs that repeat exactly."""
+"""``fgd-lookahead``: its typical-shape table against FGD's own score (and exact with pod
+counts), a cluster where the lookahead provably beats FGD's choice, ties to FGD's node
+order, and seeded runs that repeat exactly."""
+from dataclasses import replace
+
 import numpy as np
 
 from trident.sched.frag_lookahead import typical_table
@@ -71,3 +74,28 @@ def test_lookahead_runs_are_seeded_and_match_fgd_on_one_node():
     one = Cluster(np.array([64000]), np.array([1 << 20]), np.array([8]), np.zeros(1, int), ("T4",))
     assert np.array_equal(run(one, pods, "fgd-lookahead", seed=5).allocated_pct,
                           run(one, pods, "fgd", seed=5).allocated_pct, equal_nan=True)
+
+
+def test_counted_typical_table_is_exact_and_scores_as_fgd():
+    rng = np.random.default_rng(7)
+    n = NodeArrays([64000, 32000, 9000, 64000], [1 << 20] * 4, [4, 8, 4, 2], [0, 1, 0, 1])
+    for _ in range(9):
+        node = int(rng.integers(4))
+        if n.feasible(SHARE)[node]:
+            n.place(node, SHARE, (int(np.argmax(n.gpu[node] >= 500)),))
+    pods = [SHARE] * 3 + [WHOLE] * 7 + [CPU] * 2 + [PodShape(3000, 10, 1, 300)] * 5
+    typ = typical_pods(pods, 2, popularity=1.0)
+    assert typ.count.tolist() == [7, 5, 3, 2] and np.array_equal(typ.freq, typ.count / 17)
+    counted = replace(typ, freq=typ.count.astype(float))
+    score, drop = typical_table(n.gpu, n.cpu, n.model, typ)
+    c_score, c_drop = typical_table(n.gpu, n.cpu, n.model, counted, 17.0)
+    assert (c_score == score).all() and (c_drop == np.round(c_drop)).all()
+    assert np.allclose(c_drop, 17 * drop)
+
+
+def test_lookahead_ties_go_to_fgds_node_order():
+    n = NodeArrays([64000] * 3, [1 << 20] * 3, [4] * 3, [0] * 3)
+    typ = typical_pods([SHARE] * 3 + [WHOLE] * 7 + [CPU] * 2, 1)
+    for rank in ([0, 1, 2], [2, 0, 1], [1, 2, 0]):
+        node, _ = FragPlacer("fgd-lookahead", typ, node_rank=np.array(rank)).choose(n, SHARE, np.random.default_rng(0))
+        assert node == int(np.argmin(rank))

@@ -9,14 +9,18 @@ already scores with, that pod placed greedily by FGD on the cluster as ``c`` lea
     V(c) = drop_pod(c) + sum_t f_t * drop_t(FGD's node for t | pod on c)
 
 The expectation is exact over the typical shapes (no sampling, no future pods read). A
-typical pod that would find no node counts as a drop of minus its GPU request. The pod
-goes to the candidate of the highest ``V``; FGD's own choice keeps the pod unless another
-candidate is better by more than :data:`LOOKAHEAD_MARGIN` milli-GPU.
+typical pod that would find no node counts as a drop of minus its GPU request. ``V`` is
+computed exactly, with the typical shapes' pod counts in place of their frequencies
+(integers; ``V`` scaled by the count squared), so candidates equal in ``V`` tie exactly
+instead of by float rounding. The pod goes to the first candidate of the highest ``V`` in
+FGD's order: FGD's own choice wins ties.
 
 Every node's FGD score and drop for every typical shape are cached and recomputed only
 for the nodes whose free resources changed since the last call.
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -31,12 +35,14 @@ from trident.sched.frag_placers import (
 
 LOOKAHEAD_K = 4        # candidates looked at (FGD's first in its order)
 LOOKAHEAD_TOL = 1      # how far below FGD's best score (points, 0-100) a candidate may be
-LOOKAHEAD_MARGIN = 0.0  # milli-GPU by which a candidate must beat FGD's choice
 
 
-def typical_table(gpu: np.ndarray, cpu: np.ndarray, model: np.ndarray, typ: Typical) -> tuple[np.ndarray, np.ndarray]:
+def typical_table(gpu: np.ndarray, cpu: np.ndarray, model: np.ndarray, typ: Typical,
+                  total: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """FGD's integer score (``-1`` where the shape does not fit) and fragmentation drop
     (milli-GPU) of each typical shape (columns) on each node state (rows of ``gpu``).
+    ``typ.freq`` may be weights summing to ``total`` (pod counts): drops are then in those
+    weights (exact for integer counts), scores still FGD's (drops divided by ``total``).
 
     Each shape has one variant per device: a share on that device (FGD takes the variant
     of the highest score, the first on ties), a whole-GPU pod on the first free GPUs
@@ -58,7 +64,7 @@ def typical_table(gpu: np.ndarray, cpu: np.ndarray, model: np.ndarray, typ: Typi
     rows_model = np.broadcast_to(model, (n_t, g, m)).reshape(-1)
     drops = fragmentation(gpu, cpu, model, typ)[None, None, :] \
         - fragmentation(after, cpu_after, rows_model, typ).reshape(n_t, g, m)
-    scores = np.where(valid, _sigmoid_score(drops), -1)
+    scores = np.where(valid, _sigmoid_score(drops / total), -1)
     best = np.argmax(scores, axis=1)[:, None, :]                         # (T, 1, m): first of the highest
     score = np.take_along_axis(scores, best, axis=1)[:, 0].T
     drop = np.where(score >= 0, np.take_along_axis(drops, best, axis=1)[:, 0].T, 0.0)
@@ -69,9 +75,10 @@ class Lookahead:
     """The typical shapes' scores on every node, kept current, and the candidates' values."""
 
     def __init__(self, typ: Typical, node_rank: np.ndarray) -> None:
-        self.typ = typ
+        self.typ = replace(typ, freq=typ.count.astype(float))   # exact weights: the pod counts
+        self.total = float(typ.count.sum())
         self.rank = np.asarray(node_rank)
-        self.penalty = (typ.milli * typ.num).astype(float)      # a typical pod that fails (milli-GPU)
+        self.penalty = self.total * typ.milli * typ.num         # a typical pod that fails (count-weighted)
         self.nodes: NodeArrays | None = None
 
     def _refresh(self, nodes: NodeArrays) -> None:
@@ -83,7 +90,7 @@ class Lookahead:
             changed = np.flatnonzero((self.gpu != nodes.gpu).any(axis=1) | (self.cpu != nodes.cpu))
         if len(changed):
             self.score[changed], self.drop[changed] = typical_table(nodes.gpu[changed], nodes.cpu[changed],
-                                                                    nodes.model[changed], self.typ)
+                                                                    nodes.model[changed], self.typ, self.total)
         self.gpu, self.cpu = nodes.gpu.copy(), nodes.cpu.copy()
 
     def _key(self, score: np.ndarray, nodes_idx: np.ndarray) -> np.ndarray:
@@ -110,8 +117,9 @@ class Lookahead:
             elif pod.num_gpu:
                 after[r, np.flatnonzero(gpu[r] >= MILLI)[:pod.num_gpu]] -= MILLI
         cpu_after = cpu - pod.cpu_milli
-        value = fragmentation(gpu, cpu, model, self.typ) - fragmentation(after, cpu_after, model, self.typ)
-        new_score, new_drop = typical_table(after, cpu_after, model, self.typ)
+        value = self.total * (fragmentation(gpu, cpu, model, self.typ)
+                              - fragmentation(after, cpu_after, model, self.typ))
+        new_score, new_drop = typical_table(after, cpu_after, model, self.typ, self.total)
         new_key = self._key(new_score, nodes_c[:, None])
         all_key = self._key(self.score, np.arange(len(self.rank))[:, None])
         cols = np.arange(all_key.shape[1])
@@ -123,5 +131,4 @@ class Lookahead:
             mine = new_key[r] > other_key
             gain = np.where(mine, new_drop[r], np.where(other_key >= 0, self.drop[other, cols], -self.penalty))
             value[r] += float(self.typ.freq @ gain)
-        best = int(np.argmax(value))
-        return int(cand[best]) if value[best] > value[0] + LOOKAHEAD_MARGIN else int(cand[0])
+        return int(cand[int(np.argmax(value))])

@@ -114,13 +114,15 @@ class NodeArrays:
 
 @dataclass(frozen=True)
 class Typical:
-    """The typical pod shapes (arrays over shapes) and their frequencies (sum 1)."""
+    """The typical pod shapes (arrays over shapes), their frequencies (sum 1) and, where
+    known, the pod counts the frequencies come from."""
 
     cpu: np.ndarray
     milli: np.ndarray
     num: np.ndarray
     models: np.ndarray  # (T, n_models) bool
     freq: np.ndarray
+    count: np.ndarray | None = None
 
     def groups(self):
         """Shapes grouped by GPU request: (milli, num, model mask, sorted CPU requests,
@@ -162,9 +164,9 @@ def typical_pods(pods: list[PodShape], n_models: int, *, popularity: float = 0.9
         if models is not None:
             masks[i] = False
             masks[i, list(models)] = True
-    freq = np.array([c for _, c in chosen], dtype=float)
+    count = np.array([c for _, c in chosen])
     return Typical(cpu=np.array([k[0] for k, _ in chosen]), milli=np.array([k[1] for k, _ in chosen]),
-                   num=np.array([k[2] for k, _ in chosen]), models=masks, freq=freq / freq.sum())
+                   num=np.array([k[2] for k, _ in chosen]), models=masks, freq=count / count.sum(), count=count)
 
 
 def fragmentation(gpu: np.ndarray, cpu: np.ndarray, model: np.ndarray, typ: Typical) -> np.ndarray:
