@@ -363,12 +363,16 @@ def _stall(*, rows_per_task: int, busy_per_task_s: float, stall_at: float, steps
     return policy, snap, notes
 
 
-def test_a_stalled_pool_ends_its_regime_one_window_after_the_stall():
+@pytest.mark.parametrize("stall_at", [20.0, 23.0, 24.0])
+def test_a_stalled_pool_ends_its_regime_one_window_after_the_stall(stall_at):
     """Fast short rows (8 per task, one task a second), then a long row on which no task finishes:
     the bound on the rate (8 rows / seconds stalled) ends the regime at the stall's start after
-    one window, and stands as the new regime's first rate, tightened while the stall lasts."""
-    stall_at = 20.0
-    policy, _, notes = _stall(rows_per_task=8, busy_per_task_s=0.5, stall_at=stall_at, steps=36)
+    one window, and stands as the new regime's first and only rate, tightened while the stall
+    lasts. A rate window open when the stall began (at 23 s one closes as the stall is noticed,
+    at 24 s one in between) measures the rows that came out before it, not the new regime: on the PDF benchmark such a
+    window (~72 rows/s per replica) stood beside the bound (0.8), the plan took their median,
+    36.4, for OCR's rate on scanned pages (0.08) and grew the wrong pool."""
+    policy, snap, notes = _stall(rows_per_task=8, busy_per_task_s=0.5, stall_at=stall_at, steps=36)
     assert notes, "the stall was never noticed"
     first_t, first = notes[0]
     assert first_t - stall_at <= policy.settings.rate_window_s + 1.0, first
@@ -376,6 +380,8 @@ def test_a_stalled_pool_ends_its_regime_one_window_after_the_stall():
     assert tr.regime_start_s == stall_at
     (bound,) = [r.rows_per_s for r in tr.rates]
     assert bound == pytest.approx(8 / (35 - stall_at))  # tightened to the last snapshot
+    est = estimates.rate(tr, snap.operator("ocr"), (1, "gpu", 1.0), policy.settings)
+    assert est.rows_per_s == pytest.approx(bound) and est.source == "stall bound"
     assert len(notes) == 1  # one regime change per stall
 
 

@@ -282,8 +282,11 @@ class Observer:
         tr.rate_detector.reset()
         tr.shifting = []
         note = self.new_regime(tr, ev)
-        tr.rates = [r for r in tr.rates if r.time_s > st.since_s]  # a window that closed as the stall began
-        tr.rates.append(RateSample(t, key, bound))
+        # a window that closed since the stall began, or is open across its start, measures rows that
+        # came out before it (no task has finished since): on PDF one such window (~72 rows/s per
+        # replica) stood beside the bound (0.8) and the plan took their median for OCR's rate on
+        # scanned pages (0.08)
+        tr.rates, tr.window = [RateSample(t, key, bound)], None
         st.bound_time_s = t
         return [note]
 
