@@ -342,16 +342,18 @@ def _ocr_at(snap, **changes):
     return replace(snap, operators=ops)
 
 
-def _stall(*, rows_per_task: int, busy_per_task_s: float, stall_at: float, steps: int, growing: bool = False):
+def _stall(*, rows_per_task: int, busy_per_task_s: float, stall_at: float, steps: int, growing: bool = False,
+           straggler_at: float | None = None):
     """One ocr replica finishing a task a second until ``stall_at``, then none (``growing``: while
-    the pool grows by one replica a second, each pending for a second): the policy, the last
-    snapshot, and the (time, note) of each regime change a stall caused."""
+    the pool grows by one replica a second, each pending for a second; ``straggler_at``: one more
+    task of the old rows finishes then): the policy, the last snapshot, and the (time, note) of
+    each regime change a stall caused."""
     policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5 * GiB, seed=0),
                            settings=TridentSettings(bo_trials=0))
     notes = []
     for k in range(steps):
         t = float(k)
-        done = min(k, int(stall_at))
+        done = min(k, int(stall_at)) + (straggler_at is not None and t >= straggler_at)
         running = 1 + (max(0, k - int(stall_at)) if growing else 0)
         snap = _ocr_at(_ray_like(t, ocr_replicas=running + growing, ocr_out=0, embed_out=0, total=400),
                        rows_out_total=rows_per_task * done, rows_in_done_total=rows_per_task * done,
@@ -405,6 +407,19 @@ def test_a_stall_after_cheap_rows_ends_the_regime_on_the_busy_time_rate(growing)
     assert tr.regime_start_s == stall_at
     est = estimates.rate(tr, snap.operators[1], (1, "gpu", 1.0), policy.settings)
     assert est.rows_per_s == pytest.approx(4 / (31 - stall_at)) and est.source == "stall bound"
+
+
+def test_a_stall_bound_stays_a_bound_when_a_straggler_of_the_old_rows_ends_the_stall():
+    """PDF benchmark: a batch of text pages finished 5 s into the scanned pages' stall; the bound
+    (1.85 rows/s per replica) was then planned with as a measured rate ("first windows"), and a
+    plan drained OCR (0.08 rows/s per replica) for the embed pool. Until a window measures the
+    new regime the bound stays a bound, and the floor that keeps a backlogged pool holds."""
+    policy, snap, notes = _stall(rows_per_task=4, busy_per_task_s=0.05, stall_at=20.0, steps=28, straggler_at=25.0)
+    assert notes, "the stall was never noticed"
+    tr = policy.tracks["ocr"]
+    assert tr.stall is None or tr.stall.bound_time_s is None  # the straggler ended the stall
+    est = estimates.rate(tr, snap.operator("ocr"), (1, "gpu", 1.0), policy.settings)
+    assert est.source == "stall bound", est
 
 
 def test_a_stall_bound_does_not_shrink_a_pool_whose_input_waits_on_full_slots():

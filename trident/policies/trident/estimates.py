@@ -70,7 +70,7 @@ def rate(tr: OperatorTrack, op: OperatorSnapshot, key: ConfigKey, settings: Trid
     if len(measured) >= settings.min_rate_windows:
         return Estimate(float(np.median(measured)), "measured")
     busy = busy_rate(tr, key, settings.min_busy_s)
-    if measured and tr.stall is not None and tr.stall.bound_time_s is not None:
+    if measured and tr.bounded(key):
         return Estimate(float(np.median(measured)), "stall bound")  # a bound under a stall beats the past
     if busy is not None:
         return Estimate(busy, "busy time")

@@ -26,6 +26,8 @@ class RateSample(NamedTuple):
     time_s: float
     key: ConfigKey
     rows_per_s: float
+    bound: bool = False
+    """An upper bound from a stall (rows per task over the seconds no task finished), not a measure."""
 
 
 class Counters(NamedTuple):

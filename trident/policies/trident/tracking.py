@@ -70,6 +70,15 @@ class OperatorTrack:
     def measured(self, key: ConfigKey, last: int = 8) -> list[float]:
         return [r.rows_per_s for r in self.rates if r.key == key][-last:]
 
+    def bounded(self, key: ConfigKey) -> bool:
+        """Whether the configuration's rate rests on a stall's bound: in a stall that ended its
+        regime, or with no sample in the regime but the bound (a task that ends such a stall may
+        be the old regime's straggler, and the bound stays an upper bound)."""
+        if self.stall is not None and self.stall.bound_time_s is not None:
+            return True
+        samples = [r for r in self.rates if r.key == key]
+        return bool(samples) and all(r.bound for r in samples)
+
     def since_s(self, key: ConfigKey) -> float:
         """Snapshots from this time on measure ``key``: the regime's, from the settling of its
         reconfiguration on."""
@@ -259,7 +268,7 @@ class Observer:
         if st.bound_time_s is not None:  # already a new regime: tighten its first sample
             at = next((i for i, r in enumerate(tr.rates) if r.time_s == st.bound_time_s and r.key == key), None)
             if at is not None:
-                tr.rates[at] = RateSample(t, key, bound)
+                tr.rates[at] = RateSample(t, key, bound, bound=True)
                 st.bound_time_s = t
             return []
         measured = tr.measured(key)
@@ -286,7 +295,7 @@ class Observer:
         # came out before it (no task has finished since): on PDF one such window (~72 rows/s per
         # replica) stood beside the bound (0.8) and the plan took their median for OCR's rate on
         # scanned pages (0.08)
-        tr.rates, tr.window = [RateSample(t, key, bound)], None
+        tr.rates, tr.window = [RateSample(t, key, bound, bound=True)], None
         st.bound_time_s = t
         return [note]
 
