@@ -128,20 +128,23 @@ def _fake_op(n: int):
     return Op(pool), pool
 
 
-def _swap_shim(n: int) -> list[tuple[int, int, int]]:
-    """A swap of ``n`` busy actors on the shim's rolling update: (old serving, new running,
-    starting) after each step, drained actors finishing and new ones coming up between steps."""
+def _swap_shim(n: int, size: int | None = None) -> list[tuple[int, int, int]]:
+    """A swap of ``n`` busy actors to ``size`` (default ``n``) on the shim's rolling update: (old
+    serving, new running, starting) after each step, drained actors finishing and new ones coming
+    up between steps."""
     from trident.ray_data.rollout import Rollout
 
+    size = size or n
     op, pool = _fake_op(n)
     made = []
-    roll = Rollout(op=op, target=OperatorTarget(name="m", replicas=n, swap=True), size=n)
+    roll = Rollout(op=op, target=OperatorTarget(name="m", replicas=size, swap=True), size=size)
     seen = []
     for step in range(40):
         roll.step(float(step))
         old = [a for a in pool._running_actors if a in roll.old and a not in pool.trident_retiring]
         seen.append((len(old), len(pool._running_actors) - len(roll.old), pool.pending))
-        assert len(pool._running_actors) + pool.pending <= n  # old and new together never above the size
+        # old and new together never above the smaller pool while old actors are left
+        assert len(pool._running_actors) + pool.pending <= (min(n, size) if roll.old else size)
         for a in pool.trident_retiring:  # drained actors finish their tasks
             pool._running_actors[a].num_tasks_in_flight = 0
         for _ in range(pool.pending):  # starting actors come up
@@ -150,7 +153,8 @@ def _swap_shim(n: int) -> list[tuple[int, int, int]]:
         pool.pending = 0
         if roll.done:
             break
-    assert roll.done and len(pool._running_actors) == n and not set(pool._running_actors) & {f"old{i}" for i in range(n)}
+    assert roll.done and len(pool._running_actors) == size
+    assert not set(pool._running_actors) & {f"old{i}" for i in range(n)}
     return seen
 
 
@@ -158,6 +162,35 @@ def test_a_swap_replaces_old_actors_half_the_pool_at_a_time_on_the_shim():
     seen = _swap_shim(8)
     assert min(old + new for old, new, _ in seen) >= 8 - 4  # at most half the pool away at once
     assert len(seen) <= 16
+
+
+@pytest.mark.parametrize("n, size", [(2, 4), (2, 2), (3, 8)])
+def test_a_growing_swap_keeps_an_old_actor_serving_until_new_ones_are_up_on_the_shim(n, size):
+    """Two-types: Embed moved 2 -> 4 to the other type, both old actors left at once, and it ran
+    none for 16.5 s while its new actors waited for room and started."""
+    seen = _swap_shim(n, size)
+    assert all(old + new >= 1 for old, new, _ in seen), seen
+
+
+def test_a_growing_swap_keeps_an_old_replica_serving_until_new_ones_are_up_on_the_simulator():
+    model = SimOperator(name="model", kind="actor", peak_rows_per_s=(("A", 10.0),), replicas=2, max_replicas=8,
+                        num_gpus=1, accelerator_type="A", batch_size=10, cold_start_s=1.0)
+    src = SimOperator(name="read", kind="task", peak_rows_per_s=(("cpu", 1e4),), replicas=1)
+    spec = PipelineSpec(operators=(src, model), nodes=(SimNodes(count=1, cpus=64, gpus=4, gpu_type="A"),),
+                        total_rows=100_000, noise=0.0, spike_prob=0.0)
+    sim = PipelineSim(spec, policy="ray")
+    for _ in range(4):
+        sim._advance(0.5)
+    st = sim.ops[1]
+    sim._apply(OperatorTarget(name="model", batch_size=20, replicas=4, swap=True))
+    serving = []
+    for _ in range(60):
+        sim._advance(0.5)
+        serving.append(sum(g.count for g in st.groups if sim._is_warm(g) and g.release_at_s is None))
+        if not any(g.retiring for g in st.groups) and serving[-1] == 4:
+            break
+    assert all(g.batch_size == 20 for g in st.groups) and serving[-1] == 4, st.groups
+    assert min(serving) >= 1, serving
 
 
 def test_a_swap_replaces_old_replicas_half_the_pool_at_a_time_on_the_simulator():
