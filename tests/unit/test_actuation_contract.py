@@ -172,29 +172,10 @@ def test_a_growing_swap_keeps_an_old_actor_serving_until_new_ones_are_up_on_the_
     assert all(old + new >= 1 for old, new, _ in seen), seen
 
 
-def test_a_growing_swap_keeps_an_old_replica_serving_until_new_ones_are_up_on_the_simulator():
-    model = SimOperator(name="model", kind="actor", peak_rows_per_s=(("A", 10.0),), replicas=2, max_replicas=8,
-                        num_gpus=1, accelerator_type="A", batch_size=10, cold_start_s=1.0)
-    src = SimOperator(name="read", kind="task", peak_rows_per_s=(("cpu", 1e4),), replicas=1)
-    spec = PipelineSpec(operators=(src, model), nodes=(SimNodes(count=1, cpus=64, gpus=4, gpu_type="A"),),
-                        total_rows=100_000, noise=0.0, spike_prob=0.0)
-    sim = PipelineSim(spec, policy="ray")
-    for _ in range(4):
-        sim._advance(0.5)
-    st = sim.ops[1]
-    sim._apply(OperatorTarget(name="model", batch_size=20, replicas=4, swap=True))
-    serving = []
-    for _ in range(60):
-        sim._advance(0.5)
-        serving.append(sum(g.count for g in st.groups if sim._is_warm(g) and g.release_at_s is None))
-        if not any(g.retiring for g in st.groups) and serving[-1] == 4:
-            break
-    assert all(g.batch_size == 20 for g in st.groups) and serving[-1] == 4, st.groups
-    assert min(serving) >= 1, serving
-
-
-def test_a_swap_replaces_old_replicas_half_the_pool_at_a_time_on_the_simulator():
-    model = SimOperator(name="model", kind="actor", peak_rows_per_s=(("A", 10.0),), replicas=8, max_replicas=8,
+def _sim_swap(n: int, size: int) -> list[int]:
+    """A swap of ``n`` replicas to ``size`` at another batch on the simulator: replicas serving
+    (warm, not released) at each half-second step until all are new."""
+    model = SimOperator(name="model", kind="actor", peak_rows_per_s=(("A", 10.0),), replicas=n, max_replicas=8,
                         num_gpus=1, accelerator_type="A", batch_size=10, cold_start_s=1.0)
     src = SimOperator(name="read", kind="task", peak_rows_per_s=(("cpu", 1e4),), replicas=1)
     spec = PipelineSpec(operators=(src, model), nodes=(SimNodes(count=1, cpus=64, gpus=8, gpu_type="A"),),
@@ -203,16 +184,24 @@ def test_a_swap_replaces_old_replicas_half_the_pool_at_a_time_on_the_simulator()
     for _ in range(4):
         sim._advance(0.5)
     st = sim.ops[1]
-    sim._apply(OperatorTarget(name="model", batch_size=20, replicas=8, swap=True))
+    sim._apply(OperatorTarget(name="model", batch_size=20, replicas=size, swap=True))
     serving = []
     for _ in range(60):
         sim._advance(0.5)
-        assert sum(g.count for g in st.groups) <= 8
+        assert sum(g.count for g in st.groups) <= max(n, size)
         serving.append(sum(g.count for g in st.groups if sim._is_warm(g) and g.release_at_s is None))
-        if not any(g.retiring for g in st.groups) and serving[-1] == 8:
+        if not any(g.retiring for g in st.groups) and serving[-1] == size:
             break
-    assert all(g.batch_size == 20 for g in st.groups) and serving[-1] == 8, st.groups
-    assert min(serving) >= 8 - 4  # half the pool draining or starting at most
+    assert all(g.batch_size == 20 for g in st.groups) and serving[-1] == size, st.groups
+    return serving
+
+
+def test_a_growing_swap_keeps_an_old_replica_serving_until_new_ones_are_up_on_the_simulator():
+    assert min(_sim_swap(2, 4)) >= 1
+
+
+def test_a_swap_replaces_old_replicas_half_the_pool_at_a_time_on_the_simulator():
+    assert min(_sim_swap(8, 8)) >= 8 - 4  # half the pool draining or starting at most
 
 
 def test_a_surge_waits_for_slow_cold_starts_before_it_swaps():
