@@ -65,8 +65,10 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
     elif cluster.gpus > 0:
         nodes.append(NodeType(name=ANY_GPU, count=1, cpus=cluster.cpus, gpus=cluster.gpus))
     specs, current, rates, missing = [], {}, {}, []
-    heaps = {o.name: estimates.heap(tracks[o.name], key_of(o.config), settings) for o in ops
-             if o.config.kind == "actor"}
+    # every pool's, done ones included, as the inner loop's room counts them: a pool not measured
+    # yet is charged alike by both
+    heaps = {o.name: estimates.heap(tracks[o.name], key_of(o.config), settings) for o in snap.operators
+             if o.config.kind == "actor" and o.name in tracks}
     sels = estimates.selectivities(ops, tracks)
     f, factors = 1.0, []
     for sel in sels:
