@@ -1319,3 +1319,62 @@ def test_opt_in_exploration_pins_a_pool_to_a_type_it_was_not_measured_on():
     assert decision.notes == ("a note",)
     (pin,) = [t for t in decision.plan.targets if t.accelerator_type]
     assert pin.accelerator_type in ("A", "B") and pin.replicas == 4
+
+
+def _start_then_steady(*, starting_until: int, slow: float, fast: float, steps: int = 45, step_at: int = 20):
+    """The batch-size scenario's start: batch 8 for 3 s, then batch 32 on one running replica
+    while six more start until ``starting_until``, at ``slow`` rows/s per busy replica-second
+    until ``step_at``, ``fast`` after; at 12 s a plan assumes batch 32's busy-time rate, as the
+    policy does. The observer, the two keys and its notes."""
+    import numpy as np
+
+    from trident.policies.trident.records import Assumed, key_of
+    from trident.policies.trident.tracking import Observer
+
+    observer = Observer(settings=TridentSettings(), rng=np.random.default_rng(0), seed=0)
+
+    def op(batch, rows, tasks, busy, pending):
+        return OperatorSnapshot(
+            name="embed", index=1, rows_out_total=int(rows), rows_in_total=int(rows) + batch, tasks_finished=tasks,
+            busy_s=busy, tasks_running=1, actors_running=1, actors_pending=pending, input_queue_blocks=500,
+            config=OperatorConfig(kind="actor", replicas=1 + pending, min_replicas=1, max_replicas=8,
+                                  num_gpus=0.5, batch_size=batch))
+
+    rows, notes = 0.0, []
+    for k in range(3):
+        notes += observer.observe(op(8, 8 * k, k, 0.84 * k, 0), float(k), starting=False)
+    b8, b32 = key_of(op(8, 0, 0, 0, 0).config), key_of(op(32, 0, 0, 0, 0).config)
+    tr = observer.tracks["embed"]
+    for k in range(3, steps):
+        rows += slow if k < step_at else fast
+        pending = 6 if k < starting_until else 0
+        notes += observer.observe(op(32, rows, k, k - 3.0, pending), float(k), starting=pending > 0)
+        if k == 12:
+            est = estimates.rate(tr, op(32, rows, k, k - 3.0, pending), b32, observer.settings)
+            assert est.source == "busy time"
+            observer.assumed["embed"] = Assumed(b32, est.rows_per_s, starting=estimates.at_start(tr, b32, est.source))
+    return observer, b8, b32, notes
+
+
+def test_a_step_up_once_actors_have_started_settles_the_rate_and_keeps_the_regime():
+    """Batch 32 measured 6.86 rows/s per replica while seven actors started together and 19.8 after
+    (batch-size scenario): that is the pipeline settling. Batch 32's earlier samples go; batch 8's
+    rate and the regime stay (taken for a new regime, the step dropped batch 8's rate and the
+    search, with one batch size left, tried batch 64 on 5 replicas, 0.55x the throughput of 32
+    on 8). A step down, or the same step up from a rate not measured during a start, is a new
+    regime as before."""
+    observer, b8, b32, notes = _start_then_steady(starting_until=20, slow=6.86, fast=19.8)
+    tr = observer.tracks["embed"]
+    assert observer.regime_changes == 0 and not [n for n in notes if n.startswith("change:")], notes
+    (settled,) = [n for n in notes if n.startswith("settled:")]
+    before, after = map(float, re.search(r"([\d.]+) -> ([\d.]+)", settled).groups())
+    assert before == pytest.approx(6.86, rel=0.05) and after == pytest.approx(19.8, rel=0.05), settled
+    assert tr.measured(b8) == pytest.approx([8 / 0.84])
+    assert all(r.rows_per_s == pytest.approx(19.8, rel=0.05) for r in tr.rates if r.key == b32)
+    assert tr.regime_start_s == 0.0
+
+    for until, slow, fast in ((20, 19.8, 6.86), (0, 6.86, 19.8)):  # down while starting; up with no start
+        observer, b8, b32, notes = _start_then_steady(starting_until=until, slow=slow, fast=fast, steps=60)
+        assert observer.regime_changes == 1 and [n for n in notes if n.startswith("change:")], notes
+        assert not [n for n in notes if n.startswith("settled:")]
+        assert not observer.tracks["embed"].measured(b8)

@@ -87,6 +87,17 @@ def rate(tr: OperatorTrack, op: OperatorSnapshot, key: ConfigKey, settings: Trid
     return Estimate(None, "none")
 
 
+def at_start(tr: OperatorTrack, key: ConfigKey, source: str) -> bool:
+    """Whether ``key``'s rate from ``source`` (as :func:`rate` gave it) was measured while actors
+    of the pipeline started: most of its windows, or its busy time since the regime began."""
+    if source in ("measured", "first windows"):
+        windows = [r for r in tr.rates if r.key == key][-8:]
+        return 2 * sum(r.starting for r in windows) > len(windows)
+    if source == "busy time":
+        return tr.starting_s is not None and tr.starting_s >= tr.since_s(key)
+    return False
+
+
 def heap(tr: OperatorTrack, key: ConfigKey, settings: TridentSettings) -> float:
     """Heap bytes per replica to plan with: the largest seen plus the margin, a third of the
     margin once the largest stands on ``stable_heap_samples`` samples (0 when never seen)."""

@@ -100,10 +100,11 @@ class TridentPolicy:
 
     def _observe(self, snap: Snapshot) -> list[str]:
         notes: list[str] = []
+        starting = any(op.actors_pending > 0 for op in snap.operators)
         for op in snap.operators:
             if op.config.kind in ("task", "actor"):
                 before = self.observer.regime_changes
-                notes += self.observer.observe(op, snap.time_s)
+                notes += self.observer.observe(op, snap.time_s, starting=starting)
                 if self.observer.regime_changes != before:
                     self.changed_ops.append(op.name)
         if self.observer.regime_changes != self._regimes_seen:
@@ -202,9 +203,12 @@ class TridentPolicy:
             self.bounds[trial.target.name] = Bounds(lo=trial.target.replicas, hi=trial.target.replicas,
                                                     why="the batch-size trial")
         # what the plan assumed of each operator's rate (rows out per busy replica-second)
-        self.observer.assumed = {o.name: Assumed(key_of(o.config), planning.rates[o.name].rows_per_s * sel)
-                                 for o, sel in zip(ops, estimates.selectivities(ops, self.tracks))
-                                 if planning.rates[o.name].rows_per_s < problem.UNKNOWN_RATE}
+        self.observer.assumed = {
+            o.name: Assumed(key_of(o.config), planning.rates[o.name].rows_per_s * sel,
+                            starting=estimates.at_start(self.tracks[o.name], key_of(o.config),
+                                                        planning.rates[o.name].source))
+            for o, sel in zip(ops, estimates.selectivities(ops, self.tracks))
+            if planning.rates[o.name].rows_per_s < problem.UNKNOWN_RATE}
         rates = ", ".join(f"{n} {e.rows_per_s:.3g} rows/s per replica ({e.source})"
                           for n, e in planning.rates.items() if e.rows_per_s < problem.UNKNOWN_RATE)
         out = [(o.name, result.throughput_rows_per_s * f * sel)  # what the plan asks each operator to put out

@@ -28,6 +28,8 @@ class RateSample(NamedTuple):
     rows_per_s: float
     bound: bool = False
     """An upper bound from a stall (rows per task over the seconds no task finished), not a measure."""
+    starting: bool = False
+    """Measured while an actor of the pipeline was starting (starts take CPU from running work)."""
 
 
 class Counters(NamedTuple):
@@ -58,6 +60,8 @@ class Assumed(NamedTuple):
     rows_per_s: float
     flagged: bool = False
     """A measured rate was already found far off it (the plan is being revisited)."""
+    starting: bool = False
+    """It was measured while actors of the pipeline started (see :func:`estimates.at_start`)."""
 
 
 class Estimate(NamedTuple):
