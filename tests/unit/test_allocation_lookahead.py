@@ -1,6 +1,6 @@
 """``fgd-lookahead``: its typical-shape table against FGD's own score (and exact with pod
 counts), a cluster where the lookahead provably beats FGD's choice, ties to FGD's node
-order, and seeded runs that repeat exactly."""
+order, seeded runs that repeat exactly, and the stranding candidate and relief."""
 from dataclasses import replace
 
 import numpy as np
@@ -99,3 +99,24 @@ def test_lookahead_ties_go_to_fgds_node_order():
     for rank in ([0, 1, 2], [2, 0, 1], [1, 2, 0]):
         node, _ = FragPlacer("fgd-lookahead", typ, node_rank=np.array(rank)).choose(n, SHARE, np.random.default_rng(0))
         assert node == int(np.argmin(rank))
+
+
+def test_lookahead_takes_the_node_where_a_cpu_pod_strands_no_gpu(monkeypatch):
+    # five empty 4-GPU nodes; the typical GPU pod asks 8 CPUs per GPU. Nodes 0-3 have 16
+    # CPUs (already 2,000 milli-GPU stranded), node 4 has 64. FGD scores a CPU pod 50
+    # everywhere (every typical pod still fits) and takes node 0, first in the node order;
+    # the lookahead's fifth candidate is node 4 (no stranding relief lost there), where
+    # nodes 0-3 would strand 1,000 milli-GPU more
+    import trident.sched.frag_lookahead as la
+
+    n = NodeArrays([16000] * 4 + [64000], [1 << 20] * 5, [4] * 5, [0] * 5)
+    typ = typical_pods([WHOLE] * 3 + [CPU], 1)
+    pod = PodShape(8000, 10, 0, 0)
+    rank = np.arange(5)
+    rng = np.random.default_rng(0)
+    assert FragPlacer("fgd", typ, node_rank=rank).choose(n, pod, rng) == (0, ())
+    look = FragPlacer("fgd-lookahead", typ, node_rank=rank)
+    assert look.choose(n, pod, rng) == (4, ())
+    assert look.lookahead.relief(n, pod, np.arange(5)).tolist() == [-1000.0] * 4 + [0.0]
+    monkeypatch.setattr(la, "STRAND_EXTRA", 0)           # FGD's first four only: all alike, FGD's wins
+    assert FragPlacer("fgd-lookahead", typ, node_rank=rank).choose(n, pod, rng) == (0, ())

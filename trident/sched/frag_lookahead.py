@@ -2,18 +2,30 @@
 
 For a pod, the candidates are FGD's first :data:`LOOKAHEAD_K` nodes in its own order (score,
 then the run's node order) among those within :data:`LOOKAHEAD_TOL` points of its best
-score. Each candidate ``c`` is valued by the expected fragmentation drop (milli-GPU) of
-placing the pod there *and then* one more pod drawn from the typical-pod distribution FGD
-already scores with, that pod placed greedily by FGD on the cluster as ``c`` leaves it::
+score, and then the :data:`STRAND_EXTRA` nodes (not already candidates) of the most
+stranding relief (below) among those within :data:`STRAND_TOL` points of FGD's best, FGD's
+order on ties. Each candidate ``c`` is valued by the expected fragmentation drop
+(milli-GPU) of placing the pod there *and then* one more pod drawn from the typical-pod
+distribution FGD already scores with, that pod placed greedily by FGD on the cluster as
+``c`` leaves it, plus the pod's stranding relief on ``c``::
 
-    V(c) = drop_pod(c) + sum_t f_t * drop_t(FGD's node for t | pod on c)
+    V(c) = drop_pod(c) + sum_t f_t * drop_t(FGD's node for t | pod on c) + relief(c)
+
+A node's *stranded* GPU milli is what its free CPUs cannot feed at the typical GPU pods'
+CPU per GPU milli ``r`` (their CPU requests over their GPU requests, count-weighted):
+``max(0, free_gpu - free_cpu / r)``; the pod's relief on a node is the stranded milli
+before minus after placing it (negative for a pod that eats CPUs a node's GPUs need).
+FGD's measure sees a node's CPUs only where they fall below a typical pod's request;
+the relief sees them running out before the GPUs do, which on CPU-bound pod lists
+(``cpu250``, ``gpushare100``) is where GPUs are lost.
 
 The expectation is exact over the typical shapes (no sampling, no future pods read). A
-typical pod that would find no node counts as a drop of minus its GPU request. ``V`` is
-computed exactly, with the typical shapes' pod counts in place of their frequencies
-(integers; ``V`` scaled by the count squared), so candidates equal in ``V`` tie exactly
-instead of by float rounding. The pod goes to the first candidate of the highest ``V`` in
-FGD's order: FGD's own choice wins ties.
+typical pod that would find no node counts as a drop of minus its GPU request. The drops
+are computed exactly, with the typical shapes' pod counts in place of their frequencies
+(integers; ``V`` scaled by the count squared), so candidates equal in them tie exactly
+instead of by float rounding; the relief (a float, in the same scale) is added last. The
+pod goes to the first candidate of the highest ``V`` in FGD's order, the extra candidates
+after FGD's: FGD's own choice wins ties.
 
 Every node's FGD score and drop for every typical shape are cached and recomputed only
 for the nodes whose free resources changed since the last call.
@@ -35,6 +47,8 @@ from trident.sched.frag_placers import (
 
 LOOKAHEAD_K = 4        # candidates looked at (FGD's first in its order)
 LOOKAHEAD_TOL = 1      # how far below FGD's best score (points, 0-100) a candidate may be
+STRAND_EXTRA = 1       # extra candidates: the nodes of the most stranding relief
+STRAND_TOL = 3         # how far below FGD's best score (points) an extra candidate may be
 
 
 def typical_table(gpu: np.ndarray, cpu: np.ndarray, model: np.ndarray, typ: Typical,
@@ -80,6 +94,9 @@ class Lookahead:
         self.rank = np.asarray(node_rank)
         self.penalty = self.total * typ.milli * typ.num         # a typical pod that fails (count-weighted)
         self.nodes: NodeArrays | None = None
+        gpu_ask = float((typ.count * typ.milli * typ.num).sum())
+        cpu_ask = float((typ.count * typ.cpu)[typ.num > 0].sum())
+        self.ratio = cpu_ask / gpu_ask if gpu_ask else 0.0      # typical CPU milli per GPU milli
 
     def _refresh(self, nodes: NodeArrays) -> None:
         if self.nodes is not nodes:
@@ -106,6 +123,12 @@ class Lookahead:
         order = np.argsort(-key, kind="stable")
         cand = order[:LOOKAHEAD_K]
         cand = cand[score[cand] >= score.max() - LOOKAHEAD_TOL]
+        relief = self.relief(nodes, pod, idx)
+        if STRAND_EXTRA:
+            pool = np.flatnonzero(score >= score.max() - STRAND_TOL)
+            pool = pool[np.lexsort((-key[pool], -relief[pool]))]
+            pool = pool[~np.isin(pool, cand)][:STRAND_EXTRA]
+            cand = np.concatenate([cand, pool])
         if len(cand) < 2:
             return int(order[0])
         nodes_c = idx[cand]
@@ -131,4 +154,16 @@ class Lookahead:
             mine = new_key[r] > other_key
             gain = np.where(mine, new_drop[r], np.where(other_key >= 0, self.drop[other, cols], -self.penalty))
             value[r] += float(self.typ.freq @ gain)
+        value += self.total * self.total * relief[cand]          # in V's scale (pod counts squared)
         return int(cand[int(np.argmax(value))])
+
+    def relief(self, nodes: NodeArrays, pod: PodShape, idx: np.ndarray) -> np.ndarray:
+        """Stranded GPU milli (free GPU milli the node's free CPUs cannot feed at the typical
+        CPU per GPU milli) of each node of ``idx`` before ``pod`` minus after it."""
+        if self.ratio <= 0:
+            return np.zeros(len(idx))
+        cpu = nodes.cpu[idx].astype(float)
+        gpu = np.clip(nodes.gpu[idx], 0, None).sum(axis=1).astype(float)
+        before = np.maximum(0.0, gpu - cpu / self.ratio)
+        after = np.maximum(0.0, gpu - pod.num_gpu * pod.gpu_milli - (cpu - pod.cpu_milli) / self.ratio)
+        return before - after

@@ -30,7 +30,8 @@ to a random one:
 - ``fgd-tight-tol`` (ours): as ``fgd-tight``, but only among the nodes whose FGD score is
   within :data:`TIGHT_TOLERANCE` of the best; the others rank below them, as FGD;
 - ``fgd-lookahead`` (ours): FGD with a one-step lookahead over its first few near-best
-  nodes (:mod:`trident.sched.frag_lookahead`).
+  nodes and the near-best node where the pod strands the fewest GPUs for want of CPUs,
+  each valued with that stranding (:mod:`trident.sched.frag_lookahead`).
 
 Fragmentation of a node for a *typical* pod ``t`` (one of the most frequent pod shapes, with
 frequency ``f_t``): if the node cannot host ``t`` (too few fitting GPUs, too few CPUs, or
