@@ -15,7 +15,16 @@ Contenders: fifo, sjf (oracle: true durations), tiresias/eager, tiresias/lazy, r
 shipped weights, smallest-first (fewest GPUs first: an observable order), sef and sref/lazy
 (shortest expected (remaining) run time first, from the run times of finished jobs of the same
 application and GPUs: observable), srtf/lazy (oracle), and rltune with other weights
-(``--weights``). Writes
+(``--weights``), rltune/lazy (the shipped policy as spelled: non-preemptive, so the pass never
+evicts and it is plain rltune) and rltune-pre/lazy (``RLTunePolicy(preemptive=True)``: running
+jobs merged into the net's order by expected remaining time, the lazy preemptor deciding).
+
+A contender ending in ``+warm`` (e.g. ``rltune+warm``, ``sef+warm``, ``rltune-pre/lazy+warm``)
+starts with a warmed run-time history: the finished jobs of the training traces (Pollux
+workloads 1-2 at load 1 for the Pollux cells; the Philly training trace of seed 0 at load 1
+for the Philly cells), booked in the order they finished when replayed under fifo with the
+same seed: jobs that finished earlier on the same cluster, observable to a deployed scheduler.
+Writes
 ``<stem>.json`` (default ``job_layer_remeasure``; RESULTS.md shape, one row per workload, load
 and contender) and ``<stem>.png`` (average JCT relative to FIFO).
 
@@ -28,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -35,6 +45,7 @@ import numpy as np
 
 import trident.sched  # noqa: F401  (registers plug-ins)
 from trident.sched.base import JOB_POLICIES, PLACERS, PREEMPTORS
+from trident.sched.predict import RunTimeHistory
 from trident.sched.rltune import RLTunePolicy
 from trident.sim.compare import result_document
 from trident.sim.engine import EngineConfig, Simulator
@@ -47,7 +58,11 @@ POLLUX_DIRS = {1.0: "workloads", 1.5: "workloads-1.5", 2.0: "workloads-2.0"}
 PHILLY = "seed=1/103959.trace"
 PHILLY_LOADS = (1.0, 1.5, 2.0, 3.0)
 CONTENDERS = ("fifo", "sjf", "tiresias/eager", "tiresias/lazy", "rltune", "smallest-first", "sef", "sref/lazy",
-              "srtf/lazy", "rltune-calibrated")
+              "srtf/lazy", "rltune-calibrated", "rltune/lazy", "rltune-pre/lazy")
+WARM = "+warm"
+HISTORY_READERS = ("rltune", "rltune-calibrated", "rltune-pre", "sef", "sref")
+"""Policies that read the run-time history (the ones a ``+warm`` suffix applies to)."""
+PHILLY_TRAIN = "seed=0/0e4a51.trace"
 
 
 class SmallestFirst:
@@ -76,18 +91,49 @@ def workloads(which: str):
             yield "philly-" + Path(PHILLY).stem, load, "unseen", trace.nodes, scale_load(trace.jobs, load)
 
 
-def replay(contender: str, nodes, jobs, seed: int, weights: Path | None):
-    name, _, preemptor = contender.partition("/")
+def training_traces(workload: str):
+    """(nodes, jobs) of the training traces whose finished jobs warm the history for ``workload``."""
+    if workload.startswith("pollux"):
+        for w in (1, 2):
+            trace = load_trace(f"pollux:{DATA / 'pollux' / POLLUX_DIRS[1.0] / f'workload-{w}.csv'}")
+            yield trace.nodes, trace.jobs
+    else:
+        trace = load_trace(f"philly-gavel:{DATA / 'philly-gavel' / PHILLY_TRAIN}")
+        yield trace.nodes, trace.jobs
+
+
+def warm_history(workload: str, seed: int) -> RunTimeHistory:
+    """A history pre-filled with the finished jobs of ``workload``'s training traces (replayed under
+    fifo, booked as the simulator books them: run time outside setups, in the order they finished)."""
+    history = RunTimeHistory()
+    for nodes, jobs in training_traces(workload):
+        policy = JOB_POLICIES.create("fifo")
+        policy.observe_finish = history.observe
+        Simulator(nodes=nodes, policy=policy, placer=PLACERS.create("first-fit"),
+                  config=EngineConfig(seed=seed)).run(jobs)
+    return history
+
+
+def replay(contender: str, nodes, jobs, seed: int, weights: Path | None, history: RunTimeHistory | None = None):
+    """Replay ``jobs`` under ``contender``; ``history`` (copied) pre-fills a history-reading policy's."""
+    name, _, preemptor = contender.removesuffix(WARM).partition("/")
+    kw = {} if history is None else {"history": history.copy()}
     if name == "rltune-calibrated":
-        policy = RLTunePolicy(weights=weights)
+        policy = RLTunePolicy(weights=weights, **kw)
+    elif name == "rltune-pre":
+        policy = RLTunePolicy(preemptive=True, **kw)
     elif name == "smallest-first":
         policy = SmallestFirst()
     else:
-        policy = JOB_POLICIES.create(name)
+        policy = JOB_POLICIES.create(name, **kw)
     placer = PLACERS.create(getattr(policy, "placer", None) or "first-fit")
     sim = Simulator(nodes=nodes, policy=policy, placer=placer,
                     preemptor=PREEMPTORS.create(preemptor) if preemptor else None, config=EngineConfig(seed=seed))
     return sim.run(jobs)
+
+
+def _give_up(signum, frame):
+    raise TimeoutError
 
 
 def main() -> int:
@@ -96,27 +142,47 @@ def main() -> int:
     ap.add_argument("--workloads", choices=("all", "pollux", "philly"), default="all")
     ap.add_argument("--weights", type=Path, default=None, help="calibrated rltune weights (omit: not run)")
     ap.add_argument("--contenders", default=",".join(CONTENDERS[:5]),
-                    help=f"comma-separated among {CONTENDERS}; fifo is always run first (the baseline)")
+                    help=f"comma-separated among {CONTENDERS}, those of {HISTORY_READERS} also with a "
+                         f"'{WARM}' suffix (warmed history); fifo is always run first (the baseline)")
     ap.add_argument("--loads", default=None, help="comma-separated subset of the loads")
+    ap.add_argument("--max-wall-s", type=int, default=0,
+                    help="give up on a contender's replay after this many seconds (no row; 0: no limit)")
+    ap.add_argument("--only", default=None, help="comma-separated workload names (e.g. pollux-w4)")
+    ap.add_argument("--split", choices=("all", "unseen", "train"), default="all",
+                    help="replay only the unseen (or training) workloads")
     ap.add_argument("--merge", action="store_true", help="keep the rows already in the JSON for other contenders")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--stem", default="job_layer_remeasure", help="name of the JSON and PNG under --out")
     args = ap.parse_args()
+    signal.signal(signal.SIGALRM, _give_up)
     contenders = ["fifo"] + [c for c in args.contenders.split(",") if c and c != "fifo"]
-    unknown = set(contenders) - set(CONTENDERS)
+    unknown = {c for c in contenders if c.removesuffix(WARM) not in CONTENDERS
+               or (c.endswith(WARM) and c.split("/")[0].removesuffix(WARM) not in HISTORY_READERS)}
     if unknown or ("rltune-calibrated" in contenders and not args.weights):
         ap.error(f"unknown contenders {sorted(unknown)} (rltune-calibrated needs --weights)")
     loads = {float(x) for x in args.loads.split(",")} if args.loads else None
     path = args.out / f"{args.stem}.json"
     old = json.loads(path.read_text())["rows"] if args.merge and path.is_file() else []
     rows = []
+    warmed: dict[str, RunTimeHistory] = {}
     for name, load, split, nodes, jobs in workloads(args.workloads):
-        if loads is not None and load not in loads:
+        if ((loads is not None and load not in loads) or args.split not in ("all", split)
+                or (args.only and name not in args.only.split(","))):
             continue
         cell = []
         for c in contenders:
+            if c.endswith(WARM) and name.split("-")[0] not in warmed:
+                warmed[name.split("-")[0]] = warm_history(name, args.seed)
             t0 = time.perf_counter()
-            m = summarize(replay(c, nodes, jobs, args.seed, args.weights))
+            signal.alarm(args.max_wall_s)
+            try:
+                m = summarize(replay(c, nodes, jobs, args.seed, args.weights,
+                                     warmed[name.split("-")[0]] if c.endswith(WARM) else None))
+            except TimeoutError:
+                print(f"{name} x{load:g}: {c} gave up after {args.max_wall_s} s", flush=True)
+                continue
+            finally:
+                signal.alarm(0)
             cell.append({"workload": name, "load": load, "split": split, "policy": c,
                          "wall_s": round(time.perf_counter() - t0, 2), **m})
         fifo = cell[0]["avg_jct_s"]
@@ -131,13 +197,16 @@ def main() -> int:
                                               "seed": args.seed, "philly_trace": PHILLY,
                                               "pollux_loads": sorted(POLLUX_DIRS), "philly_loads": PHILLY_LOADS,
                                               "setup": "lognormal median 300 s p95 1500 s", "restore_s": 30.0,
-                                              "rltune_calibrated_weights": str(args.weights)},
+                                              "rltune_calibrated_weights": str(args.weights),
+                                              "warm_history": "'+warm' contenders: history pre-filled with the "
+                                              "finished jobs of pollux workloads 1-2 (load 1) / philly-gavel "
+                                              f"{PHILLY_TRAIN} (load 1), replayed under fifo"},
                               benchmark="job_layer_remeasure")
         args.out.mkdir(parents=True, exist_ok=True)
         seen = {(r["workload"], r["load"]) for r in rows}
         doc["rows"] += [r for r in old if (r["workload"], r["load"]) not in seen]
         path.write_text(json.dumps(doc, indent=2) + "\n")
-    plot(doc["rows"], [c for c in CONTENDERS if any(r["policy"] == c for r in doc["rows"])],
+    plot(doc["rows"], list(dict.fromkeys(r["policy"] for r in doc["rows"])),
          args.out / f"{args.stem}.png")
     return 0
 
@@ -152,9 +221,8 @@ def plot(rows: list[dict], contenders: list[str], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(max(8, 0.6 * len(cells)), 4.5))
     width = 0.8 / len(contenders)
     for k, c in enumerate(contenders):
-        y = [next(r["avg_jct_s"] / next(f["avg_jct_s"] for f in rows if (f["workload"], f["load"]) == cell
-                                          and f["policy"] == "fifo")
-                  for r in rows if (r["workload"], r["load"]) == cell and r["policy"] == c) for cell in cells]
+        jct = {(r["workload"], r["load"], r["policy"]): r["avg_jct_s"] for r in rows}
+        y = [jct.get((*cell, c), np.nan) / jct[(*cell, "fifo")] for cell in cells]  # nan: gave up
         ax.bar(np.arange(len(cells)) + k * width, y, width, label=c)
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xticks(np.arange(len(cells)) + 0.4 - width / 2)

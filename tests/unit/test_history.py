@@ -140,3 +140,64 @@ def test_rltune_reads_history_features_when_its_net_does(tmp_path):
     assert not plain.features.history
     with pytest.raises(ConfigError, match="input features"):
         _ = RLTunePolicy(net=build_net(0, num_features=5)).fast
+
+
+def test_history_copy_is_independent():
+    h = RunTimeHistory(max_per_class=3)
+    h.observe(_job("f", "a"), 10.0)
+    c = h.copy()
+    c.observe(_job("g", "a"), 1000.0)
+    c.observe(_job("g", "b"), 5.0)
+    assert h.estimate_s(_job("q", "a")) == 10.0 and h.estimate_s(_job("q", "b")) is None
+    assert c.estimate_s(_job("q", "a")) == pytest.approx(505.0) and c.max_per_class == 3 and len(h) == 1
+
+
+def _warm():
+    """A history pre-filled before the run: 'short' jobs finished in 60 s, 'long' ones in 36,000 s."""
+    h = RunTimeHistory()
+    for k in range(3):
+        h.observe(_job(f"s{k}", "short"), 60.0)
+        h.observe(_job(f"l{k}", "long"), 36000.0)
+    return h
+
+
+def test_a_prefilled_history_ranks_the_known_short_class_first_from_the_first_decision():
+    # Queued long first: with no history the two look alike and keep their queue order.
+    jobs = [_job("q-long", "long", duration=1.0), _job("q-short", "short", duration=1e6)]
+    rng = np.random.default_rng(0)
+    assert ShortestExpectedFirst().order(_state(jobs), rng) == ("q-long", "q-short")
+    assert ShortestExpectedFirst(history=_warm()).order(_state(jobs), rng) == ("q-short", "q-long")
+    assert RLTunePolicy().order(_state(jobs), rng)[0] == "q-long"           # the shipped weights, cold
+    warm = RLTunePolicy(history=_warm())
+    assert warm.order(_state(jobs), rng)[0] == "q-short" and len(warm.history) == 6
+    assert RLTunePolicy(history=_warm(), preemptive=True).order(_state(jobs), rng)[0] == "q-short"
+
+
+def _full_state(queued, now=1000.0):
+    """One 4-GPU node held by 'short' (2 GPUs) and 'long' (2 GPUs) jobs, both running since 0."""
+    from trident.sched.base import Allocation
+
+    node = Node("n0", "A", 4, cpus=32, memory_mib=1e5)
+    c = Cluster([node])
+    running = {}
+    for k, app in enumerate(("long", "short")):
+        job = _job(f"r-{app}", app, 2.0, duration=1.0)
+        alloc = Allocation("A", ((0, 2 * k, 1000), (0, 2 * k + 1, 1000)), ("n0",))
+        c.allocate(job, alloc)
+        running[job.job_id] = JobView(job=job, running=True, as_of_s=0.0, wait_base_s=0.0, attained_base_s=0.0,
+                                      setup_ends_s=0.0, allocation=alloc)
+    views = [JobView(job=j, running=False, as_of_s=j.arrival_s, wait_base_s=0.0, attained_base_s=0.0) for j in queued]
+    return SchedState(now=now, queued=views, running=running, total_gpus_by_model=c.total_gpus_by_model(),
+                      free_gpus_by_model=c.free_gpus_by_model(), queue_length=len(views), capacity=c)
+
+
+def test_preemptive_rltune_ranks_blocked_jobs_and_merges_running_ones_by_expected_remaining():
+    h = _warm()
+    h.observe(_job("m", "mid", 2.0), 5000.0)
+    state = _full_state([_job("q-mid", "mid", 2.0, duration=1.0)], now=30.0)  # cannot start: the node is full
+    rng = np.random.default_rng(0)
+    # Non-preemptive: only queued jobs (none can start, so the net waits and ranks none).
+    assert RLTunePolicy(history=h.copy()).order(state, rng) == ()
+    # Preemptive: the blocked job stays ranked (expected 5,000 s), after the running 'short' job
+    # (30 s left) and before 'long' (35,970 s left): only 'long' may be its victim.
+    assert RLTunePolicy(history=h.copy(), preemptive=True).order(state, rng) == ("r-short", "q-mid", "r-long")

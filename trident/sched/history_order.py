@@ -22,8 +22,8 @@ class _HistoryOrder:
     oracle = False
     placer = "first-fit"
 
-    def __init__(self, *, prior: RuntimePrior = _PRIOR) -> None:
-        self.history = RunTimeHistory()
+    def __init__(self, *, prior: RuntimePrior = _PRIOR, history: RunTimeHistory | None = None) -> None:
+        self.history = RunTimeHistory() if history is None else history
         self.prior = prior
         self.fallback_s = prior.quantile_remaining_s(0.0, 0.5)
 

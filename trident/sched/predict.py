@@ -140,6 +140,13 @@ class RunTimeHistory:
         self._by_user.clear()
         self._cache.clear()
 
+    def copy(self) -> "RunTimeHistory":
+        """An independent copy (a pre-filled history handed to several policies: each books its own finishes)."""
+        other = RunTimeHistory(max_per_class=self.max_per_class)
+        other._by_class = {k: list(v) for k, v in self._by_class.items()}
+        other._by_user = {k: list(v) for k, v in self._by_user.items()}
+        return other
+
     def observe(self, job, run_s: float) -> None:
         """Book ``job`` (a :class:`~trident.sched.base.Job`) as finished after ``run_s`` seconds of work."""
         if not (run_s >= 0 and np.isfinite(run_s)):

@@ -2,7 +2,14 @@
 
 Weights ship in the package (``rltune.pt``, written by ``benchmarks/train_rltune.py``;
 they read the run-time-history features, fed by :meth:`RLTunePolicy.observe_finish`).
-Non-preemptive (as RLTune); places with the ``milp`` placer by default. With
+Non-preemptive (as RLTune) by default; places with the ``milp`` placer by default.
+``preemptive=True`` also ranks running jobs (the net scores only queued ones): a running job
+goes before the first queued job (in the net's order) whose expected run time from the
+history exceeds the running job's expected remaining time (``sref``'s estimates), so a
+preemptor (``lazy``) may evict only jobs expected to run longer than the blocked one. A
+pass never evicts under a non-preemptive policy, so ``rltune`` with a preemptor and
+``preemptive=False`` is plain ``rltune``. ``history`` hands the policy a pre-filled
+:class:`~trident.sched.predict.RunTimeHistory` (finished jobs seen before this run). With
 ``explore=True`` it samples its picks and records its decisions in ``rollout`` (for
 training); with ``fine_tune=True`` :meth:`RLTunePolicy.fine_tune` takes a small
 PPO step (``PpoConfig.fine_tune_lr``) from the decisions recorded since the last call.
@@ -57,7 +64,8 @@ class RLTunePolicy:
 
     def __init__(self, *, weights: str | Path | None = None, net=None, explore: bool = False,
                  fine_tune: bool = False, ppo: PpoConfig = PpoConfig(),
-                 features: FeatureConfig = FeatureConfig()) -> None:
+                 features: FeatureConfig = FeatureConfig(), history: RunTimeHistory | None = None,
+                 preemptive: bool = False) -> None:
         if net is not None and weights is not None:
             raise ConfigError("weights", weights, "None when net is given")
         self._weights = weights
@@ -70,7 +78,9 @@ class RLTunePolicy:
         self.episode = 0
         self._optimizer = None
         self._fast: NumpyActorCritic | None = None
-        self.history = RunTimeHistory()
+        self.history = RunTimeHistory() if history is None else history
+        self.preemptive = preemptive
+        self._estimates = None
 
     def observe_finish(self, job, run_s: float) -> None:
         """Book a finished job's run time (the simulator and ``JobScheduler`` call this)."""
@@ -106,10 +116,41 @@ class RLTunePolicy:
         if self.explore or self.fine_tune_enabled:
             self.rollout.add(qf, action, self.episode)
         ids = ordering(qf, action, fast)
-        if action.waited:
+        if not action.waited:
+            seen = set(ids)
+            ids += tuple(v.job_id for v in state.queued[self.features.max_jobs:] if v.job_id not in seen)
+        elif self.preemptive:
+            # It waits: nothing more starts on free GPUs, but the jobs that cannot start now stay
+            # ranked (by score), so a blocked one may still ask the preemptor for a victim.
+            blocked = {qf.job_ids[i] for i in np.flatnonzero(~qf.can_start)}
+            ids += tuple(j for j in ordering(qf, replace(action, waited=False), fast) if j in blocked)
+        return self._with_running(ids, state) if self.preemptive else ids
+
+    def _with_running(self, ids: tuple[str, ...], state: SchedState) -> tuple[str, ...]:
+        """``ids`` (queued, the net's order) with the running jobs merged in: each before the first
+        queued job expected to run longer than the running job's expected remaining time."""
+        if not state.running:
             return ids
-        seen = set(ids)
-        return ids + tuple(v.job_id for v in state.queued[self.features.max_jobs:] if v.job_id not in seen)
+        if self._estimates is None:
+            from trident.sched.history_order import ShortestRemainingExpectedFirst
+
+            self._estimates = ShortestRemainingExpectedFirst()
+        est = self._estimates
+        est.history = self.history
+        queued = {v.job_id: v for v in state.queued}
+        running = sorted(((est.remaining_s(v, state.now), v.job_id) for v in state.running.values()))
+        out: list[str] = []
+        k = 0
+        for jid in ids:
+            v = queued.get(jid)
+            if v is not None:
+                expected = est.expected_s(v)
+                while k < len(running) and running[k][0] < expected:
+                    out.append(running[k][1])
+                    k += 1
+            out.append(jid)
+        out += [jid for _, jid in running[k:]]
+        return tuple(out)
 
     def fine_tune(self, *, policy_bsld: float, baseline_bsld: float, rng: np.random.Generator) -> dict[str, float]:
         """One small PPO step from the decisions recorded since the last call; returns its losses."""
