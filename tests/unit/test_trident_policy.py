@@ -1378,3 +1378,25 @@ def test_a_step_up_once_actors_have_started_settles_the_rate_and_keeps_the_regim
         assert observer.regime_changes == 1 and [n for n in notes if n.startswith("change:")], notes
         assert not [n for n in notes if n.startswith("settled:")]
         assert not observer.tracks["embed"].measured(b8)
+
+
+def test_an_actor_is_starting_until_the_pool_has_had_a_first_task_per_running_actor():
+    """Batch-size scenario: seven actors came up at 15-19.5 s and took 3.5-5.4 s over their first
+    batches (1.6 s after); a rate measured then is a start's, not the configuration's."""
+    import numpy as np
+
+    from trident.policies.trident.tracking import Observer
+
+    observer = Observer(settings=TridentSettings(), rng=np.random.default_rng(0), seed=0)
+
+    def pool(running, pending, tasks):
+        return (OperatorSnapshot(name="embed", index=1, actors_running=running, actors_pending=pending,
+                                 tasks_finished=tasks, rows_out_total=8 * tasks,
+                                 config=OperatorConfig(kind="actor", replicas=running + pending, min_replicas=1,
+                                                       max_replicas=8, num_gpus=0.5, batch_size=32)),)
+
+    assert observer.starting(pool(1, 7, 3))  # pending
+    assert observer.starting(pool(7, 0, 7))  # seven up, none through a first task yet
+    assert observer.starting(pool(7, 0, 13))
+    assert not observer.starting(pool(7, 0, 14))  # a task per running actor since they came up
+    assert not observer.starting(pool(6, 0, 15))  # one left: nothing new came up

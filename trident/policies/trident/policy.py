@@ -100,7 +100,7 @@ class TridentPolicy:
 
     def _observe(self, snap: Snapshot) -> list[str]:
         notes: list[str] = []
-        starting = any(op.actors_pending > 0 for op in snap.operators)
+        starting = self.observer.starting(snap.operators)
         for op in snap.operators:
             if op.config.kind in ("task", "actor"):
                 before = self.observer.regime_changes

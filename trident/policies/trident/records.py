@@ -29,7 +29,8 @@ class RateSample(NamedTuple):
     bound: bool = False
     """An upper bound from a stall (rows per task over the seconds no task finished), not a measure."""
     starting: bool = False
-    """Measured while an actor of the pipeline was starting (starts take CPU from running work)."""
+    """Measured while an actor of the pipeline was starting (pending, or up and not yet through a
+    first task: starts take CPU from running work, first tasks carry one-off costs)."""
 
 
 class Counters(NamedTuple):
