@@ -140,7 +140,7 @@ class RunTimeHistory:
         self._by_user.clear()
         self._cache.clear()
 
-    def copy(self) -> "RunTimeHistory":
+    def copy(self) -> RunTimeHistory:
         """An independent copy (a pre-filled history handed to several policies: each books its own finishes)."""
         other = RunTimeHistory(max_per_class=self.max_per_class)
         other._by_class = {k: list(v) for k, v in self._by_class.items()}

@@ -138,7 +138,7 @@ class RLTunePolicy:
         est = self._estimates
         est.history = self.history
         queued = {v.job_id: v for v in state.queued}
-        running = sorted(((est.remaining_s(v, state.now), v.job_id) for v in state.running.values()))
+        running = sorted((est.remaining_s(v, state.now), v.job_id) for v in state.running.values())
         out: list[str] = []
         k = 0
         for jid in ids:
