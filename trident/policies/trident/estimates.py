@@ -8,7 +8,7 @@ from trident.errors import ConfigError
 from trident.model.features import ConfigFeatures
 from trident.policies.trident.records import ConfigKey, Estimate, key_of
 from trident.policies.trident.settings import TridentSettings
-from trident.policies.trident.tracking import OperatorTrack, busy_rate
+from trident.policies.trident.tracking import OperatorTrack, busy_rate, mostly_starting
 from trident.types import OperatorSnapshot, Snapshot
 
 
@@ -91,8 +91,7 @@ def at_start(tr: OperatorTrack, key: ConfigKey, source: str) -> bool:
     """Whether ``key``'s rate from ``source`` (as :func:`rate` gave it) was measured while actors
     of the pipeline started: most of its windows, or its busy time since the regime began."""
     if source in ("measured", "first windows"):
-        windows = [r for r in tr.rates if r.key == key][-8:]
-        return 2 * sum(r.starting for r in windows) > len(windows)
+        return mostly_starting([r for r in tr.rates if r.key == key][-8:])
     if source == "busy time":
         return tr.starting_s is not None and tr.starting_s >= tr.since_s(key)
     return False

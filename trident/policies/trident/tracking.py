@@ -360,7 +360,7 @@ class Observer:
         planned = self.assumed.get(tr.name)
         if len(steady) >= s.min_rate_windows:
             ref = float(np.median([r.rows_per_s for r in steady]))
-            at_start = 2 * sum(r.starting for r in steady) > len(steady)
+            at_start = mostly_starting(steady)
         elif planned is not None and planned.key == key:  # too few windows yet: what the plan assumed
             ref, at_start = planned.rows_per_s, planned.starting
         else:
@@ -483,6 +483,11 @@ def busy_rate(tr: OperatorTrack, key: ConfigKey, min_busy_s: float) -> float | N
     if busy < min_busy_s or rows <= 0:
         return None
     return rows / busy
+
+
+def mostly_starting(samples: list[RateSample]) -> bool:
+    """Whether most of ``samples`` were measured while actors of the pipeline started."""
+    return 2 * sum(r.starting for r in samples) > len(samples)
 
 
 def _progress(op: OperatorSnapshot) -> int:
