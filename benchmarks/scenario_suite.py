@@ -1,6 +1,7 @@
 """Scenario suite: stationary, regime-shift, long-shift, memory-bound, two accelerator types and batch-size
-sensitive pipelines under the user's static setup, Ray Data's autoscaler, DS2 and trident, side
-by side on one ``ray.cluster_utils.Cluster``, with the work bound. Calibrated stand-ins on
+sensitive pipelines under the user's static setup, the best static setup in hindsight (``tuned``), Ray
+Data's autoscaler, DS2 and trident, side by side on one ``ray.cluster_utils.Cluster``, with the work
+bound. Calibrated stand-ins on
 logical GPUs. Writes ``scenario_suite-<name>.json`` per scenario and ``scenario_suite.png``.
 
     python benchmarks/scenario_suite.py                      # every scenario at full length

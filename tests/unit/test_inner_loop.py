@@ -102,39 +102,39 @@ def test_when_pools_want_more_than_is_free_the_most_utilised_is_served_first():
     # 4 GPUs, 2 + 2 replicas of 0.5 GPU hold 2: room for 4 more; both want to double
     snap = _snap(_actor("a", 0, replicas=2, in_flight=4, queued=50), _actor("b", 1, replicas=2, in_flight=4,
                                                                              queued=50))
-    targets, reasons = inner_targets(snap, {}, {}, memory_limit_bytes=None, settings=S)
+    targets, reasons, _ = inner_targets(snap, {}, {}, memory_limit_bytes=None, settings=S)
     assert {t.name: t.replicas for t in targets} == {"a": 4, "b": 4}
     # only one GPU free: two more replicas in all, given in turn
     snap = _snap(_actor("a", 0, replicas=2, in_flight=4, queued=50), _actor("b", 1, replicas=4, in_flight=8,
                                                                              queued=50), gpus=4.0)
-    targets, reasons = inner_targets(snap, {}, {}, memory_limit_bytes=None, settings=S)
+    targets, reasons, _ = inner_targets(snap, {}, {}, memory_limit_bytes=None, settings=S)
     assert {t.name: t.replicas for t in targets} == {"a": 3, "b": 5}  # one each, not both to one
     assert all("GPUs free" in r for r in reasons), reasons
 
 
 def test_bounds_floor_and_cap_the_inner_loop():
     snap = _snap(_actor("a", 0, replicas=3, in_flight=0, queued=0))
-    targets, _ = inner_targets(snap, {"a": Bounds(lo=3, hi=None, why="the plan")}, {}, memory_limit_bytes=None,
+    targets, _, _ = inner_targets(snap, {"a": Bounds(lo=3, hi=None, why="the plan")}, {}, memory_limit_bytes=None,
                                settings=S)
     assert targets == []  # idle, but the plan's floor holds it
     snap = _snap(_actor("a", 0, replicas=3, in_flight=6, queued=90))
-    targets, _ = inner_targets(snap, {"a": Bounds(lo=1, hi=4, why="test")}, {}, memory_limit_bytes=None, settings=S)
+    targets, _, _ = inner_targets(snap, {"a": Bounds(lo=1, hi=4, why="test")}, {}, memory_limit_bytes=None, settings=S)
     assert targets == [OperatorTarget(name="a", replicas=4)]
 
 
 def test_with_a_memory_limit_a_pool_grows_only_by_what_its_measured_heap_allows():
     snap = _snap(_actor("a", 0, replicas=2, in_flight=4, queued=50))
-    blocked, reasons = inner_targets(snap, {}, {}, memory_limit_bytes=8 * GiB, settings=S)
+    blocked, reasons, _ = inner_targets(snap, {}, {}, memory_limit_bytes=8 * GiB, settings=S)
     assert blocked == [] or all(t.replicas == 2 for t in blocked)
-    targets, reasons = inner_targets(snap, {}, {"a": 3 * GiB}, memory_limit_bytes=8 * GiB, settings=S)
+    targets, reasons, _ = inner_targets(snap, {}, {"a": 3 * GiB}, memory_limit_bytes=8 * GiB, settings=S)
     assert targets == []  # 2 x 3 GiB held; a third would pass 8 GiB
-    targets, reasons = inner_targets(snap, {}, {"a": 2 * GiB}, memory_limit_bytes=8 * GiB, settings=S)
+    targets, reasons, _ = inner_targets(snap, {}, {"a": 2 * GiB}, memory_limit_bytes=8 * GiB, settings=S)
     assert targets == [OperatorTarget(name="a", replicas=4)]
 
 
 def test_a_pool_not_measured_yet_holds_as_much_memory_as_the_largest_measured():
     snap = _snap(_actor("a", 0, replicas=1, in_flight=2, queued=40), _actor("b", 1, replicas=1, in_flight=0, queued=0))
-    targets, reasons = inner_targets(snap, {}, {"a": 1 * GiB}, memory_limit_bytes=4 * GiB, settings=S)
+    targets, reasons, _ = inner_targets(snap, {}, {"a": 1 * GiB}, memory_limit_bytes=4 * GiB, settings=S)
     assert targets == [OperatorTarget(name="a", replicas=3)], reasons  # b's replica counts 1 GiB, as the plan's
     assert "under the memory limit" in reasons[0]
 
@@ -147,16 +147,40 @@ def test_a_pool_not_measured_yet_is_charged_its_reading_at_rest_grown_as_the_mea
     ocr = _actor("ocr", 0, replicas=1, in_flight=2, queued=25, rest=746 * MiB)
     embed = _actor("embed", 1, replicas=1, in_flight=0, queued=0, rest=647 * MiB)
     heaps = {"ocr": 858 * MiB}
-    targets, reasons = inner_targets(_snap(ocr, embed), {}, heaps, memory_limit_bytes=5 * GiB, settings=S)
+    targets, reasons, _ = inner_targets(_snap(ocr, embed), {}, heaps, memory_limit_bytes=5 * GiB, settings=S)
     assert targets == [OperatorTarget(name="ocr", replicas=5)], reasons
     # no reading at rest for embed: charged as the largest pool measured, as before
-    targets, reasons = inner_targets(_snap(ocr, replace(embed, heap_rest_per_replica_bytes=None)), {}, heaps,
+    targets, reasons, _ = inner_targets(_snap(ocr, replace(embed, heap_rest_per_replica_bytes=None)), {}, heaps,
                                      memory_limit_bytes=5 * GiB, settings=S)
     assert targets == [OperatorTarget(name="ocr", replicas=4)], reasons
     # a measured pool that grew 60% above its reading at rest: embed is charged as growing as much
     big = room_of(_snap(replace(ocr, heap_rest_per_replica_bytes=536 * MiB), embed), {}, heaps, 5 * GiB,
                   margin=S.memory_margin)
     assert big.memory_bytes == pytest.approx(5 * GiB - 858 * MiB - 647 * MiB * 858 / 536)
+
+
+def test_a_size_the_room_held_back_is_asked_again_once_room_appears_while_input_waits():
+    """The video benchmark: OCR asked for 8 when its first actor came up; embed not measured yet,
+    4 fitted. Embed's heap read at rest then left room for a fifth while OCR's pending actors
+    kept its utilisation low: the fifth starts then, not once the pool is busy again."""
+    MiB = 2**20
+    ocr = _actor("ocr", 0, replicas=1, in_flight=2, queued=30, rest=746 * MiB)
+    embed = _actor("embed", 1, replicas=1, in_flight=0, queued=0, rest=None)
+    heaps = {"ocr": 858 * MiB}
+    targets, _, held = inner_targets(_snap(ocr, embed), {}, heaps, memory_limit_bytes=5 * GiB, settings=S)
+    assert targets == [OperatorTarget(name="ocr", replicas=4)] and held == {"ocr": 8}
+    ocr = replace(ocr, config=replace(ocr.config, replicas=4), actors_pending=3, input_queue_blocks=28)
+    embed = replace(embed, heap_rest_per_replica_bytes=300 * MiB)
+    targets, reasons, _ = inner_targets(_snap(ocr, embed), {}, heaps, memory_limit_bytes=5 * GiB, settings=S)
+    assert targets == []  # Ray's rule alone: utilisation 0.5, keep
+    targets, reasons, held = inner_targets(_snap(ocr, embed), {}, heaps, memory_limit_bytes=5 * GiB, settings=S,
+                                           wanted=held)
+    assert targets == [OperatorTarget(name="ocr", replicas=5)] and "held back by room" in reasons[0], reasons
+    # the input drained: the earlier ask is dropped
+    idle = replace(ocr, input_queue_blocks=0)
+    targets, _, held = inner_targets(_snap(idle, embed), {}, heaps, memory_limit_bytes=5 * GiB, settings=S,
+                                     wanted={"ocr": 8})
+    assert targets == [] and held == {}
 
 
 def test_room_counts_actor_cpus_gpus_and_the_cpus_task_operators_hold():

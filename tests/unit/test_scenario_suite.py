@@ -61,3 +61,22 @@ def test_a_plans_time_beyond_its_cold_starts_is_what_it_waited_with_no_actor_sta
     # the shim's own count at every scheduling step, finer than the 1 s snapshots, wins
     ex.actions[0] = dataclasses.replace(ex.actions[0], starting_s=4.6)
     assert reach_and_start(ex) == [(7.0, 4.6)]
+
+
+def test_the_tuned_setup_is_the_best_fixed_one_and_never_beats_the_work_bound():
+    from trident.demos.suite import tuned_setup
+
+    all_ = scenarios()
+    for sc in all_.values():
+        setups, work_s = tuned_setup(sc)
+        assert len(setups) == len(sc.stages)
+        assert work_s >= work_bound_s(sc) - 1e-6, sc.name
+    # two types: each stage pinned to the type where it is faster, four replicas each
+    setups, _ = tuned_setup(all_["two-types"])
+    assert [(s.replicas, s.accelerator_type) for s in setups] == [(4, "B"), (4, "A")]
+    # batch-size: the largest batch that fits 8 replicas (64 fits only 6: 152 rows/s against 164)
+    (s,), _ = tuned_setup(all_["batch-size"])
+    assert (s.replicas, s.batch_size) == (8, 32)
+    # a regime shift: one split for both phases costs what the best per-phase splits do not
+    setups, work_s = tuned_setup(all_["regime-shift"])
+    assert work_s > 1.4 * work_bound_s(all_["regime-shift"]) and [s.replicas for s in setups] == [4, 4]

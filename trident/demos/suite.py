@@ -1,5 +1,6 @@
 """The scenario suite: six pipelines where an autoscaler's choices matter, each run under the
-user's static setup, Ray Data's autoscaler, DS2 and trident side by side, with the work bound.
+user's static setup, the best static setup in hindsight, Ray Data's autoscaler, DS2 and trident
+side by side, with the work bound.
 
 Every stage is a calibrated stand-in on logical GPUs: a batch sleeps ``fixed_s + per_row_s x
 rows`` (the per-row cost may differ by row position, in equal phases of the rows, for a regime
@@ -37,7 +38,7 @@ from pathlib import Path
 
 from trident.demos.bench import MemoryWatchdog
 
-POLICIES = ("static", "ray", "ds2", "trident")
+POLICIES = ("static", "tuned", "ray", "ds2", "trident")
 GPU_TYPES = ("A", "B")
 
 
@@ -135,6 +136,54 @@ def _best_batch(st: Stage, n: int, sc: Scenario, split) -> int:
     return b
 
 
+@dataclass(frozen=True)
+class StageSetup:
+    """A fixed setup of one stage: replicas, batch size and accelerator type (None: any node)."""
+
+    replicas: int
+    batch_size: int
+    accelerator_type: str | None = None
+
+
+def tuned_setup(sc: Scenario, *, gpus: float = 4.0, gpus_per_type: float = 2.0) -> tuple[tuple[StageSetup, ...], float]:
+    """The best fixed setup in hindsight, as a user who knew every stage's calibrated cost would set
+    it by hand: one (replicas, batch, type) per stage for the whole run, within the GPUs (each
+    type's included), the stages' ``max_replicas`` and the memory limit, minimising the phases'
+    summed work time (no cold start, fill or drain). An untyped stage is charged its slowest type's
+    speed (its replicas may land on either). Returns (setups, predicted seconds)."""
+    phases = len(sc.stages[0].per_row_s)
+    options = []
+    for st in sc.stages:
+        batches = [st.batch_size * 2**k for k in range(4)] if st.per_row_mb else [st.batch_size]
+        types = [None] + [t for t in GPU_TYPES if st.speed] if st.speed else [None]
+        options.append([StageSetup(n, b, t) for n in range(1, min(int(gpus / st.num_gpus), st.max_replicas) + 1)
+                        for b in batches for t in types])
+    best, best_s = None, math.inf
+    for combo in itertools.product(*options):
+        used = sum(c.replicas * st.num_gpus for c, st in zip(combo, sc.stages))
+        per_type = {t: sum(c.replicas * st.num_gpus for c, st in zip(combo, sc.stages) if c.accelerator_type == t)
+                    for t in GPU_TYPES}
+        mem = sum(c.replicas * (st.base_mb + st.per_row_mb * c.batch_size) for c, st in zip(combo, sc.stages))
+        if used > gpus + 1e-9 or max(per_type.values()) > gpus_per_type + 1e-9 or (
+                sc.memory_limit_mb is not None and mem > sc.memory_limit_mb):
+            continue
+        total = 0.0
+        for phase in range(phases):
+            rows = sc.rows / phases
+            total += max(rows / c.batch_size * (st.fixed_s + c.batch_size * st.per_row_s[phase])
+                         / _speed(st, c.accelerator_type) / c.replicas
+                         for c, st in zip(combo, sc.stages))
+        if total < best_s - 1e-9:
+            best, best_s = combo, total
+    return best, best_s
+
+
+def _speed(st: Stage, accelerator_type: str | None) -> float:
+    if accelerator_type is None:
+        return min(st.speed.get(t, 1.0) for t in GPU_TYPES)
+    return st.speed.get(accelerator_type, 1.0)
+
+
 def stage_class(st: Stage, rows_total: int, pid_dir: str, *, last: bool = False):
     """The actor class standing in for ``st``: sleeps and holds memory per batch as calibrated
     (the ``last`` stage drops the rows' payload)."""
@@ -192,12 +241,16 @@ def build(sc: Scenario, policy: str, pid_dir: str):
 
     ds = ray.data.range(sc.rows, override_num_blocks=sc.rows // sc.block_rows).map_batches(
         _pre, num_cpus=1, fn_kwargs={"row_bytes": sc.row_bytes})
+    tuned = tuned_setup(sc)[0] if policy == "tuned" else None
     for i, st in enumerate(sc.stages):
-        size = max(1, st.max_replicas // 2)
-        pool = ActorPoolStrategy(size=size) if policy == "static" else ActorPoolStrategy(min_size=1,
-                                                                                         max_size=st.max_replicas)
+        size, batch, typed = max(1, st.max_replicas // 2), st.batch_size, {}
+        if tuned is not None:
+            size, batch = tuned[i].replicas, tuned[i].batch_size
+            typed = {"accelerator_type": tuned[i].accelerator_type} if tuned[i].accelerator_type else {}
+        pool = ActorPoolStrategy(size=size) if policy in ("static", "tuned") else ActorPoolStrategy(
+            min_size=1, max_size=st.max_replicas)
         ds = ds.map_batches(stage_class(st, sc.rows, pid_dir, last=i == len(sc.stages) - 1), compute=pool,
-                            num_gpus=st.num_gpus, batch_size=st.batch_size)
+                            num_gpus=st.num_gpus, batch_size=batch, **typed)
     if sc.object_store_mb is not None:
         ds.context.execution_options.resource_limits = ds.context.execution_options.resource_limits.copy(
             object_store_memory=int(sc.object_store_mb * 2**20))
@@ -245,7 +298,7 @@ def run_once(sc: Scenario, policy: str, *, interval_s: float = 1.0) -> Run:
     (work / "pids").mkdir()
     limit = int(sc.memory_limit_mb * 2**20) if sc.memory_limit_mb else None
     ds = build(sc, policy, str(work / "pids"))
-    run = trident.autoscale(policy=policy, memory_limit=limit, interval_s=interval_s, controller_timeout_s=120.0)
+    run = trident.autoscale(policy="static" if policy == "tuned" else policy, memory_limit=limit, interval_s=interval_s, controller_timeout_s=120.0)
     error = None
     with MemoryWatchdog(str(work / "pids"), limit or 2**62) as dog:
         t0 = time.perf_counter()
@@ -311,6 +364,7 @@ def result(sc: Scenario, runs: list[Run], *, scale: float, started: str) -> dict
 
     bound = work_bound_s(sc)
     base = next((r for r in runs if r.policy == "ray" and not r.error), None)
+    tuned = next((r for r in runs if r.policy == "tuned" and not r.error), None)
     rows = []
     for r in runs:
         row = {"policy": r.policy, "wall_s": round(r.wall_s, 2),
@@ -319,6 +373,14 @@ def result(sc: Scenario, runs: list[Run], *, scale: float, started: str) -> dict
                "ratio_to_bound": round(bound / r.wall_s, 3) if r.wall_s > 0 else None}
         if base is not None:
             row["ratio_to_baseline"] = round(base.wall_s / r.wall_s, 3)
+        if tuned is not None:
+            row["ratio_to_tuned"] = round(tuned.wall_s / r.wall_s, 3)
+        if r.policy == "tuned":
+            setups, predicted = tuned_setup(sc)
+            row["setup"] = [dataclasses.asdict(x) for x in setups]
+            row["work_s"] = round(predicted, 2)
+            row["note"] = ("the best fixed setup in hindsight (replicas, batch, type per stage for the whole run, "
+                           "from the calibrated costs), run under Ray Data with fixed pools")
         if "reconfigurations" in r.summary:
             row["reconfigurations"] = r.summary["reconfigurations"]
         if r.reach_s and r.policy == "trident":
@@ -368,7 +430,7 @@ def plot(results: list[dict], path: str) -> None:
         rows = [r for r in res["rows"] if r["policy"] != "bound"]
         names = [r["policy"] for r in rows]
         ax.bar(names, [r.get("ratio_to_baseline", 0.0) for r in rows],
-               color=["#1f77b4" if n == "trident" else "#999999" for n in names])
+               color=[{"trident": "#1f77b4", "tuned": "#2ca02c"}.get(n, "#999999") for n in names])
         bound = next(r for r in res["rows"] if r["policy"] == "bound")
         if "ratio_to_baseline" in bound:
             ax.axhline(bound["ratio_to_baseline"], linestyle=":", color="k", label="work bound")

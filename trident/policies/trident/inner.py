@@ -37,6 +37,8 @@ class PoolView:
     """Input rows received so far (Ray holds a pool that has received none)."""
     slots: int = 1
     """Tasks one actor runs at once (Ray's ``max_concurrency``)."""
+    wanted: int = 0
+    """A size asked for at an earlier step that the room held back (0: none)."""
 
     @property
     def util(self) -> float:
@@ -49,6 +51,11 @@ def ray_rule(pool: PoolView, settings: TridentSettings) -> tuple[int, str]:
         return (1, "no actor: start one") if pool.queued or pool.in_flight else (0, "idle")
     if pool.received == 0:
         return pool.size, "no input received yet"
+    if pool.wanted > pool.size and pool.queued:
+        # Ray would hold these as pending actors and start them when room appears; on the video
+        # benchmark the OCR pool's fifth replica fitted 3 s later (Embed's heap measured), and
+        # waited 6 s more for the pool's utilisation
+        return pool.wanted, f"{pool.wanted} asked for earlier, held back by room ({pool.queued} queued)"
     u = pool.util
     if u >= settings.upscale_util:
         backlog = math.ceil((pool.in_flight + pool.queued) / (pool.slots * settings.upscale_util))
@@ -107,18 +114,22 @@ def room_of(snap: Snapshot, held: dict[str, int], heap_bytes: dict[str, float],
     return Room(cpus=cpus, gpus=gpus, gpus_by_type=typed, memory_bytes=free_mem)
 
 
-def pool_view(o: OperatorSnapshot) -> PoolView:
+def pool_view(o: OperatorSnapshot, wanted: int = 0) -> PoolView:
     return PoolView(name=o.name, size=o.config.replicas or 0, pending=o.actors_pending, in_flight=o.tasks_in_flight,
-                    queued=o.input_queue_blocks, slots=max(1, o.config.max_concurrency), received=o.rows_in_total)
+                    queued=o.input_queue_blocks, slots=max(1, o.config.max_concurrency), received=o.rows_in_total,
+                    wanted=wanted)
 
 
 def inner_targets(snap: Snapshot, bounds: dict[str, Bounds], heap_bytes: dict[str, float], *,
                   memory_limit_bytes: int | None, settings: TridentSettings,
-                  skip: frozenset[str] = frozenset()) -> tuple[list[OperatorTarget], list[str]]:
-    """Pool sizes Ray's rule asks for, within bounds, memory and free resources; (targets, reasons).
+                  skip: frozenset[str] = frozenset(), wanted: dict[str, int] | None = None,
+                  ) -> tuple[list[OperatorTarget], list[str], dict[str, int]]:
+    """Pool sizes Ray's rule asks for, within bounds, memory and free resources; (targets,
+    reasons, held back: the size each pool asked for that the room held back).
 
     ``heap_bytes``: heap per replica to plan with (0 when unknown: with a memory limit a pool
-    whose heap was never measured does not grow). ``skip``: pools a rollout is moving."""
+    whose heap was never measured does not grow). ``skip``: pools a rollout is moving.
+    ``wanted``: the previous step's held-back sizes (asked for again while input is queued)."""
     pools = [o for o in snap.operators if o.config.kind == "actor" and not o.completed and o.name not in skip
              and o.config.replicas is not None]
     held = {o.name: max(o.config.replicas or 0, bounds[o.name].lo if o.name in bounds else 0)
@@ -127,14 +138,14 @@ def inner_targets(snap: Snapshot, bounds: dict[str, Bounds], heap_bytes: dict[st
     wants: dict[str, tuple[int, str]] = {}
     for o in pools:
         b = bounds.get(o.name, Bounds(o.config.min_replicas, o.config.max_replicas, "the user's bounds"))
-        size, why = ray_rule(pool_view(o), settings)
+        size, why = ray_rule(pool_view(o, (wanted or {}).get(o.name, 0)), settings)
         hi = b.hi if b.hi is not None else math.inf
         if o.config.max_replicas is not None:
             hi = min(hi, o.config.max_replicas)
         want = int(min(max(size, b.lo, o.config.min_replicas), hi))
         if want != o.config.replicas:
             wants[o.name] = (want, f"{why}; bounds {b.lo}..{'-' if b.hi is None else b.hi} ({b.why})")
-    targets, reasons = [], []
+    targets, reasons, held = [], [], {}
     # growth one replica at a time within the room left, to the most loaded pool as granted so far
     grow = {o.name: o for o in pools if o.name in wants and wants[o.name][0] > (o.config.replicas or 0)}
     granted = {name: grow[name].config.replicas or 0 for name in grow}
@@ -157,12 +168,14 @@ def inner_targets(snap: Snapshot, bounds: dict[str, Bounds], heap_bytes: dict[st
             continue
         want, why = wants[o.name]
         n = granted.get(o.name, want)
+        if n < want and o.name in blocked:
+            held[o.name] = want
         if n == (o.config.replicas or 0):
             continue
         note = f" ({want} wanted; {blocked[o.name]})" if n < want and o.name in blocked else ""
         targets.append(OperatorTarget(name=o.name, replicas=n))
         reasons.append(f"{o.name} {o.config.replicas} -> {n}: {why}{note}")
-    return targets, reasons
+    return targets, reasons, held
 
 
 def _short(room: Room, o: OperatorSnapshot, heap_bytes: float) -> str:

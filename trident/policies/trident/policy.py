@@ -64,6 +64,8 @@ class TridentPolicy:
         """(operator, rows out/s) the plan made in this step expects."""
         self.inner_sent: dict[str, int] = {}
         """The last size the inner loop asked of each pool (the shim keeps a target until changed)."""
+        self.held_back: dict[str, int] = {}
+        """Sizes the inner loop asked for that the room held back (asked again while input waits)."""
         self.looked_per_type = False
         """Whether the planner's last look planned GPU pools per accelerator type."""
 
@@ -489,9 +491,10 @@ class TridentPolicy:
     # --- the inner loop ------------------------------------------------------------------------
 
     def _inner(self, snap: Snapshot, now: float, notes: list[str]) -> Decision | None:
-        targets, reasons = inner_targets(snap, {**self.bounds, **self._first_batch_holds(snap)}, self._heaps(snap),
-                                         memory_limit_bytes=self.context.memory_limit_bytes, settings=self.settings,
-                                         skip=self.phases.operators())
+        targets, reasons, self.held_back = inner_targets(
+            snap, {**self.bounds, **self._first_batch_holds(snap)}, self._heaps(snap),
+            memory_limit_bytes=self.context.memory_limit_bytes, settings=self.settings, skip=self.phases.operators(),
+            wanted=self.held_back)
         fresh = [(t, r) for t, r in zip(targets, reasons) if self.inner_sent.get(t.name) != t.replicas]
         if not fresh:
             return None
