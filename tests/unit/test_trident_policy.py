@@ -1072,6 +1072,51 @@ def test_a_trial_toward_a_batch_whose_memory_line_breaks_the_limit_does_not_pay(
     assert "toward batch 256 x8" in _not_paying(step, obs, best, left_s=80.0, cost_s=8.8, free_bytes=free)
 
 
+def test_after_a_change_one_batch_measured_is_capped_by_the_last_regimes_batch_line():
+    """The batch-size scenario: batch 8 and 32 measured (0.92 and 1.63 s per batch, 230 and 470
+    MiB), then a change dropped both; batch 32 measured again at 19.6 rows/s per replica on 8.
+    With no line the optimiser's +100% for batch 64 stands; on the old line, scaled to the new
+    reading, 64 on the 6 replicas 5,000 MiB holds is 0.95x of 32 on 8: no trial. A regime whose
+    line says the batch pays still runs it."""
+    from trident.detect.changepoint import ChangeEvent
+    from trident.optimize import Knobs, Observation
+    from trident.optimize.safe_bo import Suggestion
+    from trident.policies.trident.records import ConfigKey, RateSample
+    from trident.policies.trident.tracking import batch_shape
+    from trident.policies.trident.tuner import _affine_gain, _not_paying
+
+    MiB = 2**20
+    tr = TridentPolicy().observer.track(_op("embed", 0, replicas=8, queue=0, rows_out_total=0, rows_per_s=0.0, running=8))
+    k8, k32 = ConfigKey(8, "gpu", 0.5), ConfigKey(32, "gpu", 0.5)
+    tr.rates = [RateSample(t, k8, 8.66) for t in (5.0, 6.0)] + [RateSample(t, k32, 19.6) for t in (20.0, 21.0)] + [
+        RateSample(22.0, k32, 100.0, bound=True), RateSample(30.0, k32, 8.7)]
+    tr.heap = {k8: 230 * MiB, k32: 470 * MiB}
+    shape = batch_shape(tr, before_s=25.0)[("gpu", 0.5)]
+    assert shape == {8: (pytest.approx(8 / 8.66), 230 * MiB), 32: (pytest.approx(32 / 19.6), 470 * MiB)}
+    assert batch_shape(tr, before_s=10.0) == {}  # one batch size: no line
+    TridentPolicy().observer.new_regime(tr, ChangeEvent(
+        signal="embed rows/s per replica", index=3, changed_at_s=25.0, detected_at_s=31.0, mean_before=19.6,
+        mean_after=8.7, samples_since_change=2, reason="test"))
+    assert tr.batch_shape == {("gpu", 0.5): shape} and [r.rows_per_s for r in tr.rates] == [8.7]
+
+    obs = [Observation(knobs=Knobs(32, c, "gpu"), throughput_rows_per_s=19.6 * c, memory_per_replica_bytes=470 * MiB)
+           for c in range(4, 9)]
+    best = max(obs, key=lambda o: o.throughput_rows_per_s)
+    step = Suggestion(knobs=Knobs(64, 5, "gpu"), reason="", expected_improvement=1.0, goal=Knobs(128, 8, "gpu"),
+                      goal_improvement=3.0)
+    free = 5000 * MiB
+    assert _not_paying(step, obs, best, left_s=76.0, cost_s=11.0, free_bytes=free) == ""  # optimism alone
+    gain = _affine_gain(obs, Knobs(64, 8, "gpu"), best, free, shape)
+    t64 = 32 / 19.6 * (8 / 8.66 + (32 / 19.6 - 8 / 8.66) / 24 * 56) / (32 / 19.6)
+    assert gain == pytest.approx(64 / t64 * 6 / (8 * 19.6) - 1) and gain < 0  # 790 MiB a replica: 6 fit
+    why = _not_paying(step, obs, best, left_s=76.0, cost_s=11.0, free_bytes=free, shape=shape)
+    assert "batch 64 x5" in why, why
+    # all of a batch's time fixed in the last regime: doubling the batch doubles the rate
+    flat = {8: (1.0, 230 * MiB), 32: (1.0, 470 * MiB)}
+    assert _affine_gain(obs, Knobs(64, 5, "gpu"), best, free, flat) == pytest.approx(2 * 5 / 8 - 1)
+    assert _not_paying(step, obs, best, left_s=76.0, cost_s=11.0, free_bytes=free, shape=flat) == ""
+
+
 def test_a_swap_back_does_not_take_the_old_batch_heap_while_its_new_actors_start():
     """Batch 64 -> 32 by a swap: the old actors' last tasks finish while the new ones are still
     pending (none running) and the shim's heap reading is still batch 64's. Batch 32's heap must

@@ -58,6 +58,10 @@ class OperatorTrack:
     bo_tried: int = 0
     bo_settled: bool = False
     """The batch-size search is over for this regime (converged, or moved to the best found)."""
+    batch_shape: dict[tuple[str, float], dict[int, tuple[float, float]]] = field(default_factory=dict)
+    """Per (device, GPUs per replica): batch size -> (seconds per batch, heap bytes per replica)
+    in the last regime that measured two or more batch sizes there (the search's prior on how a
+    batch's time and memory grow, while a new regime has measured one batch size)."""
     selectivity: float = 1.0
     shifting: list[tuple[float, float]] = field(default_factory=list)
     """(time_s, rows/s) of consecutive windows off the median."""
@@ -409,6 +413,7 @@ class Observer:
     def new_regime(self, tr: OperatorTrack, ev: ChangeEvent) -> str:
         """A change: forget what came before it, remember the old model, revisit the plan."""
         start = ev.changed_at_s
+        tr.batch_shape.update(batch_shape(tr, before_s=start))
         tr.rates = [r for r in tr.rates if r.time_s >= start]
         tr.snaps = deque(((t, o) for t, o in tr.snaps if t >= start), maxlen=tr.snaps.maxlen)
         tr.heap_samples = {}  # the largest heap stays (memory must never be underestimated),
@@ -450,6 +455,20 @@ class Observer:
                 tr.needs_fit = not rep.ok
                 notes.append(f"{tr.name}: {filt.reason}; {rep.reason}")
         return notes
+
+
+def batch_shape(tr: OperatorTrack, *, before_s: float) -> dict[tuple[str, float], dict[int, tuple[float, float]]]:
+    """Per (device, GPUs per replica) with two or more batch sizes measured before ``before_s``:
+    batch size -> (seconds per batch at the median rate measured, largest heap seen, bytes)."""
+    rates: dict[ConfigKey, list[float]] = {}
+    for r in tr.rates:
+        if r.time_s < before_s and not r.bound and r.key.batch_size and r.rows_per_s > 0:
+            rates.setdefault(r.key, []).append(r.rows_per_s)
+    out: dict[tuple[str, float], dict[int, tuple[float, float]]] = {}
+    for key, vals in rates.items():
+        out.setdefault((key.device, key.num_gpus), {})[key.batch_size] = (
+            key.batch_size / float(np.median(vals)), tr.heap.get(key, 0.0))
+    return {k: v for k, v in out.items() if len(v) >= 2}
 
 
 def busy_of(op: OperatorSnapshot) -> float | None:

@@ -108,7 +108,8 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
             if not sug.converged and tr.bo_tried >= settings.bo_trials:
                 why = f"{settings.bo_trials} trial(s) spent"
             elif not sug.converged and left_s is not None:
-                why = _not_paying(sug, obs, best, left_s, cost_s, float(limit - others))
+                why = _not_paying(sug, obs, best, left_s, cost_s, float(limit - others),
+                                  shape=tr.batch_shape.get((dev, o.config.num_gpus), {}))
             if why:  # no trial: the best safe configuration measured
                 sug = replace(sug, knobs=best.knobs if best else sug.knobs, converged=True,
                               reason=f"{why}; the best safe configuration measured")
@@ -144,22 +145,24 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
     return Trial(OperatorTarget(name=o.name, batch_size=bb, replicas=c), n, swap, reason, replica_bytes=each)
 
 
-def _not_paying(sug, obs, best, left_s: float, cost_s: float, free_bytes: float = math.inf) -> str:
+def _not_paying(sug, obs, best, left_s: float, cost_s: float, free_bytes: float = math.inf, *,
+                shape: dict[int, tuple[float, float]] | None = None) -> str:
     """Why a trial would not pay for itself ('' when it would): its own expected gain times the
     work left (seconds) is under its cost, and, for a step that expands the safe set, its goal's
     gain over the work left after the step is under the cost of the step and the goal's trial.
     Each gain is capped at what an affine time and memory per batch predict (see
     :func:`_affine_gain`; ``free_bytes``: the memory limit less the other operators'): on the
     batch-size scenario the optimiser expected batch 64 on 4 replicas to beat 32 on 7 by 36%, the
-    line through the measured batches said 0.7x, it measured 0.6x."""
+    line through the measured batches said 0.7x, it measured 0.6x. ``shape``: the last regime's
+    batches (see :func:`_affine_gain`)."""
     if best is None:
         return ""
-    gain = min(sug.expected_improvement, _affine_gain(obs, sug.knobs, best, free_bytes))
+    gain = min(sug.expected_improvement, _affine_gain(obs, sug.knobs, best, free_bytes, shape))
     if gain * left_s >= cost_s:
         return ""
     what = f"batch {sug.knobs.batch_size} x{sug.knobs.concurrency}"
     if sug.goal is not None:
-        goal = min(sug.goal_improvement, _affine_gain(obs, sug.goal, best, free_bytes))
+        goal = min(sug.goal_improvement, _affine_gain(obs, sug.goal, best, free_bytes, shape))
         if goal * (left_s - cost_s) >= 2 * cost_s:
             return ""
         what += f" (toward batch {sug.goal.batch_size} x{sug.goal.concurrency}, {goal:+.0%})"
@@ -167,28 +170,53 @@ def _not_paying(sug, obs, best, left_s: float, cost_s: float, free_bytes: float 
             f"not the {cost_s:.0f} s it costs")
 
 
-def _affine_gain(obs, knobs, best, free_bytes: float = math.inf) -> float:
+def _affine_gain(obs, knobs, best, free_bytes: float = math.inf,
+                 shape: dict[int, tuple[float, float]] | None = None) -> float:
     """Relative gain of ``knobs`` over ``best`` if a batch's time and a replica's memory are affine
     in its rows (a fixed part and a part per row) on the lines through the two largest batches
     measured, at no more replicas than that memory leaves room for in ``free_bytes`` (-1 when not
     one fits); ``inf`` when fewer than two batches are measured. Rates that grow with the batch
     by more are rare, so the cap is optimistic; memory that grows by less is the optimiser's safe
     set's assumption, not the likely case (a goal of batch 256 on 8 replicas was taken as 51%
-    better than 32 on 8, where the line through batches 8 and 32 put it at 21 GB of a 5 GB limit)."""
+    better than 32 on 8, where the line through batches 8 and 32 put it at 21 GB of a 5 GB limit).
+
+    With one batch measured and the last regime's ``shape`` (batch -> (seconds per batch, heap
+    bytes), two or more batches): that regime's lines, the time scaled to pass through the batch
+    measured now and the memory shifted to it (a change of the data scales a batch's cost; on the
+    batch-size scenario a false change during a start dropped batch 8's rate, and batch 64 was
+    tried on 5 replicas from batch 32's alone: a 35 s swap for 0.95x)."""
     per_replica, memory = {}, {}
     for ob in obs:
         per_replica[ob.knobs.batch_size] = ob.throughput_rows_per_s / ob.knobs.concurrency
         memory[ob.knobs.batch_size] = max(memory.get(ob.knobs.batch_size, 0.0), ob.memory_per_replica_bytes)
-    if len(per_replica) < 2:
+    if len(per_replica) >= 2:
+        (b1, r1), (b2, r2) = sorted(per_replica.items())[-2:]
+        time_at, memory_at = _line(b1, b1 / r1, b2, b2 / r2), _line(b1, memory[b1], b2, memory[b2])
+    elif len(per_replica) == 1 and shape and len(shape) >= 2:
+        ((b, r),) = per_replica.items()
+        (s1, (t1, m1)), (s2, (t2, m2)) = sorted(shape.items())[-2:]
+        old_time, old_memory = _line(s1, t1, s2, t2), _line(s1, m1, s2, m2)
+        if old_time(b) <= 0:
+            return math.inf
+
+        def time_at(x: float) -> float:
+            return b / r * old_time(x) / old_time(b)
+
+        def memory_at(x: float) -> float:
+            return memory[b] + max(old_memory(x) - old_memory(b), 0.0)
+    else:
         return math.inf
-    (b1, r1), (b2, r2) = sorted(per_replica.items())[-2:]
-    t1, t2 = b1 / r1, b2 / r2  # seconds per batch
-    t = t2 + max((t2 - t1) / (b2 - b1), 0.0) * (knobs.batch_size - b2)
-    m = memory[b2] + max((memory[b2] - memory[b1]) / (b2 - b1), 0.0) * (knobs.batch_size - b2)
+    t, m = time_at(knobs.batch_size), memory_at(knobs.batch_size)
     replicas = knobs.concurrency if m <= 0 or math.isinf(free_bytes) else min(knobs.concurrency, math.floor(free_bytes / m))
     if replicas < 1:
         return -1.0
     return knobs.batch_size / t * replicas / best.throughput_rows_per_s - 1
+
+
+def _line(x1: float, y1: float, x2: float, y2: float):
+    """The line through (x1, y1) and (x2, y2), its slope at least 0, as a function of x."""
+    slope = max((y2 - y1) / (x2 - x1), 0.0)
+    return lambda x: y2 + slope * (x - x2)
 
 
 def may_try_larger(snap: Snapshot, o: OperatorSnapshot, heaps: dict[str, float], limit_bytes: float) -> bool:
