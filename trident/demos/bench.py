@@ -220,6 +220,32 @@ class Measured:
         return self.rows / self.wall_s if self.wall_s > 0 else 0.0
 
 
+def wait_for_exit(pids: list[int], timeout_s: float = 60.0) -> float:
+    """Wait until the model replicas' processes ``pids`` have exited (their memory freed), so that
+    the next run does not start beside them. Returns the seconds waited."""
+    import psutil
+
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout_s and any(psutil.pid_exists(p) for p in pids):
+        time.sleep(0.2)
+    return time.perf_counter() - t0
+
+
+def wait_until_idle(timeout_s: float = 120.0) -> float:
+    """Wait until every CPU and GPU of the cluster is free again, so that no run starts beside
+    actors of the run before it (Ray releases them asynchronously; on two cores the last run's
+    exiting workers took CPU from the next run's first actors). Returns the seconds waited."""
+    import ray
+
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout_s:
+        total, free = ray.cluster_resources(), ray.available_resources()
+        if all(free.get(k, 0.0) >= total.get(k, 0.0) - 1e-6 for k in ("CPU", "GPU")):
+            break
+        time.sleep(0.5)
+    return time.perf_counter() - t0
+
+
 def run_once(workload: Workload, blocks: list[list[dict]], curves: dict[str, CostCurve], cluster: Cluster, *,
              policy: str | None, pools, interval_s: float = 1.0, kill: bool = True) -> Measured:
     """Execute once under ``policy`` (``None``: no trident, stock Ray), under the watchdog
@@ -228,6 +254,7 @@ def run_once(workload: Workload, blocks: list[list[dict]], curves: dict[str, Cos
 
     import trident
 
+    wait_until_idle()
     work = Path(tempfile.mkdtemp(prefix="trident-bench-"))
     pid_dir = work / "pids"
     pid_dir.mkdir()
@@ -250,6 +277,7 @@ def run_once(workload: Workload, blocks: list[list[dict]], curves: dict[str, Cos
         else []
     want = {row["id"] for b in blocks for row in b}
     seen = set(ids)
+    wait_for_exit([int(f.name) for f in pid_dir.iterdir() if f.name.isdigit()])
     shutil.rmtree(work, ignore_errors=True)
     return Measured(policy=policy or "stock", wall_s=wall_s, rows=len(seen & want), rows_lost=len(want - seen),
                     rows_duplicated=len(ids) - len(seen), oom_kills=dog.kills, peak_model_uss_bytes=dog.peak_bytes,

@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trident.demos.bench import MemoryWatchdog
+from trident.demos.bench import MemoryWatchdog, wait_for_exit, wait_until_idle
 
 POLICIES = ("static", "tuned", "ray", "ds2", "trident")
 GPU_TYPES = ("A", "B")
@@ -286,20 +286,6 @@ class Run:
     record: object = None
 
 
-def wait_until_idle(timeout_s: float = 120.0) -> float:
-    """Wait until every CPU and GPU of the cluster is free again, so that no run starts beside
-    actors of the run before it (Ray releases them asynchronously). Returns the seconds waited."""
-    import ray
-
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < timeout_s:
-        total, free = ray.cluster_resources(), ray.available_resources()
-        if all(free.get(k, 0.0) >= total.get(k, 0.0) - 1e-6 for k in ("CPU", "GPU")):
-            break
-        time.sleep(0.5)
-    return time.perf_counter() - t0
-
-
 def run_once(sc: Scenario, policy: str, *, interval_s: float = 1.0) -> Run:
     import pyarrow.parquet as pq
 
@@ -322,6 +308,7 @@ def run_once(sc: Scenario, policy: str, *, interval_s: float = 1.0) -> Run:
             error = f"{type(exc).__name__}: {exc}"
         wall_s = time.perf_counter() - t0
     ids = pq.read_table(str(work / "out"), columns=["id"]).column("id").to_pylist() if (work / "out").exists() else []
+    wait_for_exit([int(f.name) for f in (work / "pids").iterdir() if f.name.isdigit()])
     shutil.rmtree(work, ignore_errors=True)
     seen = set(ids)
     reached = [reach_and_start(ex) for ex in run.executions]
