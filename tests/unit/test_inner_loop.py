@@ -105,11 +105,17 @@ def test_when_pools_want_more_than_is_free_the_most_utilised_is_served_first():
     targets, reasons, _ = inner_targets(snap, {}, {}, memory_limit_bytes=None, settings=S)
     assert {t.name: t.replicas for t in targets} == {"a": 4, "b": 4}
     # only one GPU free: two more replicas in all, given in turn
+    busy = _actor("c", 2, replicas=4, in_flight=4, queued=0)  # 10 slots, 3 pools: an even share is 3
+    snap = _snap(_actor("a", 0, replicas=2, in_flight=4, queued=50), _actor("b", 1, replicas=2, in_flight=4,
+                                                                             queued=50), busy, gpus=5.0)
+    targets, reasons, _ = inner_targets(snap, {}, {}, memory_limit_bytes=None, settings=S)
+    assert {t.name: t.replicas for t in targets} == {"a": 3, "b": 3}  # one each, not both to one
+    assert all("GPUs free" in r for r in reasons), reasons
+    # the pool below its even share is served first
     snap = _snap(_actor("a", 0, replicas=2, in_flight=4, queued=50), _actor("b", 1, replicas=4, in_flight=8,
                                                                              queued=50), gpus=4.0)
     targets, reasons, _ = inner_targets(snap, {}, {}, memory_limit_bytes=None, settings=S)
-    assert {t.name: t.replicas for t in targets} == {"a": 3, "b": 5}  # one each, not both to one
-    assert all("GPUs free" in r for r in reasons), reasons
+    assert {t.name: t.replicas for t in targets} == {"a": 4}, reasons
 
 
 def test_bounds_floor_and_cap_the_inner_loop():
@@ -260,3 +266,23 @@ def test_actors_pending_while_the_gpu_nodes_cpus_hold_every_actor_and_task_cap_n
                                             cpus_by_type=(("A", node_cpus / 2), ("B", node_cpus / 2))))
         stuck = obstacle(snap, snap.operator("a"), step, room_of(snap, {"a": 8}, {}, None, margin=0.15))
         assert bool(stuck.task_caps) is capped and not stuck.short, (node_cpus, stuck)
+
+
+def test_a_pool_grows_past_its_even_share_only_into_room_no_pool_below_its_share_needs():
+    """The regime-shift scenario's start: the first pool, backlogged first, took 6 of 8 GPU slots
+    and the second, the bottleneck, ran on 2 until the plan moved four actors."""
+    detect = _actor("detect", 0, replicas=1, in_flight=2, queued=24, hi=6)
+    unfed = replace(_actor("embed", 1, replicas=1, in_flight=0, queued=0, hi=6), rows_in_total=0)
+    targets, reasons, held = inner_targets(_snap(detect, unfed), {}, {}, memory_limit_bytes=None, settings=S)
+    assert targets == [OperatorTarget(name="detect", replicas=4)], reasons  # 4 of 8 slots: its even share
+    assert "even share" in reasons[0] and "embed" in reasons[0] and held == {"detect": 6}, reasons
+    # fed and asking: the second pool grows into the room kept for it, the first stays at its share
+    detect = replace(detect, config=replace(detect.config, replicas=4), tasks_in_flight=8, input_queue_blocks=50)
+    asking = _actor("embed", 1, replicas=1, in_flight=2, queued=10, hi=6)
+    targets, reasons, _ = inner_targets(_snap(detect, asking), {}, {}, memory_limit_bytes=None, settings=S,
+                                        wanted=held)
+    assert {t.name: t.replicas for t in targets} == {"embed": 4}, reasons
+    # fed and idle: nothing is kept for it, the first pool takes what its backlog needs
+    idle = _actor("embed", 1, replicas=1, in_flight=0, queued=0, hi=6)
+    targets, reasons, _ = inner_targets(_snap(detect, idle), {}, {}, memory_limit_bytes=None, settings=S)
+    assert {t.name: t.replicas for t in targets} == {"detect": 6}, reasons
