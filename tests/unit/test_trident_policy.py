@@ -1146,6 +1146,36 @@ def test_a_swap_back_does_not_take_the_old_batch_heap_while_its_new_actors_start
     assert tr.heap[key_of(op.config)] == 578 * 2**20, tr.heap
 
 
+
+def test_a_swap_back_does_not_take_the_heap_of_old_actors_that_left_since_the_last_snapshot():
+    """Batch 64 -> 32 by a swap, new actors running beside the old ones: the old ones' last tasks
+    finish and they leave between two snapshots, and the next snapshot's heap reading is still
+    theirs (791 MiB at batch 64). Taken for batch 32's, it left room for 6 of 8 replicas under
+    the memory limit on the batch-size scenario, for the rest of the run."""
+    import numpy as np
+
+    from trident.policies.trident.records import key_of
+    from trident.policies.trident.tracking import Observer
+
+    observer = Observer(settings=TridentSettings(), rng=np.random.default_rng(0), seed=0)
+    config = OperatorConfig(kind="actor", replicas=6, min_replicas=1, max_replicas=8, num_gpus=0.5, batch_size=64)
+    states = ([(64, 6, 0, 0, 791, 2)] * 5  # batch, running, old, pending, heap MiB, tasks finished
+              + [(32, 6, 4, 0, 791, 2)] * 3 + [(32, 6, 2, 0, 791, 2)] * 2
+              + [(32, 8, 0, 0, 791, 2)]  # the old actors' last tasks finished and they left
+              + [(32, 8, 0, 0, 578, 2)] * 2)
+    done = 0
+    for k, (batch, running, old, pending, heap, finished) in enumerate(states):
+        done += finished
+        op = OperatorSnapshot(name="embed", index=1, rows_out_total=32 * done, rows_in_total=32 * done,
+                              rows_in_done_total=32 * done, tasks_finished=done, busy_s=float(done),
+                              actors_running=running, old_actors=old, actors_pending=pending,
+                              heap_rss_per_replica_bytes=heap * 2**20,
+                              config=replace(config, batch_size=batch, replicas=8 if batch == 32 else 6))
+        observer.observe(op, float(k))
+    tr = observer.tracks["embed"]
+    assert tr.heap[key_of(op.config)] == 578 * 2**20, tr.heap
+
+
 def _starting_pool(k: int, *, running: int, pending: int, total=13_500):
     """read -> embed at the user's batch of 8 (0.84 s a batch, 230 MiB per replica), its target 8
     replicas with ``running`` up: the inner loop grew it while the rest start."""

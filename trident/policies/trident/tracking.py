@@ -236,9 +236,12 @@ class Observer:
         actor: the tasks that finish then are the last ones of old actors that just left (on the
         batch-size scenario, after a swap from batch 64 back to 32, batch 64's heap was taken for
         batch 32's while the seven new actors started, and the rollout held the pool at 4 for
-        "no room")."""
-        if op.old_actors > 0 or (tr.settling_at is not None and op.config.kind == "actor"
-                                 and op.actors_running == 0 and not op.completed):
+        "no room"). Nor in the snapshot after the last old actors left: their last tasks finished
+        in between and its heap reading is theirs (batch 64's 791 MiB, taken for batch 32's, left
+        room for 6 of 8 replicas for the rest of a run)."""
+        old_left = bool(tr.snaps) and tr.snaps[-1][1].old_actors > 0
+        if op.old_actors > 0 or old_left or (tr.settling_at is not None and op.config.kind == "actor"
+                                             and op.actors_running == 0 and not op.completed):
             tr.settling_at = _progress(op)
         if tr.settling_at is None:
             return True
