@@ -10,10 +10,10 @@ pending) it shrinks by one. Every pool moves only within the bounds the planner 
 and GPUs left free: when the pools together want more than is free, replicas go one at a time
 to the pool with the most tasks in flight per replica (counting those already granted). A pool
 grows past its even share of the cluster (:func:`even_share`) only into room that no other pool
-below its share may need: one not fed yet, or one that asks to grow (as Ray Data reserves each
-operator a share of the resources; on the regime-shift scenario the first pool, backlogged
-first, took 6 of 8 GPU slots at 2.5 s and the second, the bottleneck, ran on 2 until the plan at
-17 s moved four actors). Pure: no Ray, no clock.
+below its share may need: one none of whose tasks has finished yet, or one that asks to grow
+(as Ray Data reserves each operator a share of the resources; on the regime-shift scenario the
+first pool, backlogged first, took 6 of 8 GPU slots at 2.4 s and the second, the bottleneck, ran
+on 2 until the plan at 17 s moved four actors). Pure: no Ray, no clock.
 """
 from __future__ import annotations
 
@@ -169,9 +169,11 @@ def inner_targets(snap: Snapshot, bounds: dict[str, Bounds], heap_bytes: dict[st
     granted = {name: grow[name].config.replicas or 0 for name in grow}
     live = [o for o in snap.operators if o.config.kind == "actor" and not o.completed and o.config.replicas is not None]
     share = {o.name: even_share(o, snap.cluster, len(live)) for o in live}
-    # what each pool below its share may need of it: all of it when not fed yet, else what it asks for
-    keep = {o.name: share[o.name] if o.rows_in_total == 0 else min(share[o.name], wants[o.name][0])
-            for o in live if o.rows_in_total == 0 or o.name in grow}
+    # what a pool below its share may need of it: all of it before a task of it has finished, else
+    # what it asks for; none for a pool that could not grow into it (heap unmeasured under a limit)
+    keep = {o.name: share[o.name] if o.tasks_finished == 0 else min(share[o.name], wants[o.name][0])
+            for o in live if (o.tasks_finished == 0 or o.name in grow)
+            and (memory_limit_bytes is None or heap_bytes.get(o.name, 0.0) > 0)}
     blocked: dict[str, str] = {}
     while True:
         open_ = [n for n in grow if granted[n] < wants[n][0] and n not in blocked]
