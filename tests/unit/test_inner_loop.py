@@ -8,7 +8,7 @@ from ray.data._internal.actor_autoscaler import BacklogAwareActorAutoscaler
 from ray.data.context import AutoscalingConfig
 
 from trident.plan.rollout import RolloutStep
-from trident.policies.trident.inner import PoolView, inner_targets, ray_rule, room_of
+from trident.policies.trident.inner import PoolView, even_share, inner_targets, ray_rule, room_of
 from trident.policies.trident.phases import obstacle
 from trident.policies.trident.records import Bounds
 from trident.policies.trident.settings import TridentSettings
@@ -292,3 +292,13 @@ def test_a_pool_grows_past_its_even_share_only_into_room_no_pool_below_its_share
     targets, reasons, _ = inner_targets(_snap(detect, first), {}, {"detect": 0.5 * GiB}, memory_limit_bytes=8 * GiB,
                                         settings=S)
     assert {t.name: t.replicas for t in targets} == {"detect": 6}, reasons
+
+
+def test_an_even_share_splits_each_resource_among_the_pools_that_use_it():
+    gpu = _actor("gpu", 0, replicas=1, in_flight=0, queued=0, gpus=0.5, cpus=1.0, hi=8)
+    other = _actor("gpu2", 1, replicas=1, in_flight=0, queued=0, gpus=0.5, cpus=1.0, hi=3)
+    cpu = _actor("cpu", 2, replicas=1, in_flight=0, queued=0, gpus=0.0, cpus=2.0, hi=8)
+    cluster = ClusterView(cpus=16.0, gpus=4.0)
+    assert even_share(gpu, cluster, [gpu, cpu]) == 8  # the CPU pool takes no GPU: 16 / 2 CPUs bound it at 8
+    assert even_share(cpu, cluster, [gpu, cpu]) == 4  # 8 of the 16 CPUs at 2 each
+    assert even_share(gpu, cluster, [gpu, other]) == 4 and even_share(other, cluster, [gpu, other]) == 3  # its max

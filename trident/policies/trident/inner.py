@@ -118,17 +118,16 @@ def room_of(snap: Snapshot, held: dict[str, int], heap_bytes: dict[str, float],
     return Room(cpus=cpus, gpus=gpus, gpus_by_type=typed, memory_bytes=free_mem)
 
 
-def even_share(o: OperatorSnapshot, cluster: ClusterView, pools: int) -> int:
-    """Replicas of ``o`` in an even split of the cluster's GPUs and CPUs among ``pools`` actor
-    pools, within its maximum (at least 1)."""
+def even_share(o: OperatorSnapshot, cluster: ClusterView, pools: list[OperatorSnapshot]) -> int:
+    """Replicas of ``o`` in an even split of the cluster's GPUs among the ``pools`` that use GPUs
+    and of its CPUs among those that use CPUs, within its maximum (at least 1)."""
     c = o.config
     fit = math.inf
     if c.num_gpus > 0:
-        fit = min(fit, cluster.gpus / pools / c.num_gpus)
+        fit = min(fit, cluster.gpus / sum(p.config.num_gpus > 0 for p in pools) / c.num_gpus)
     if c.num_cpus > 0:
-        fit = min(fit, cluster.cpus / pools / c.num_cpus)
-    hi = c.max_replicas if c.max_replicas is not None else math.inf
-    share = min(fit, hi)
+        fit = min(fit, cluster.cpus / sum(p.config.num_cpus > 0 for p in pools) / c.num_cpus)
+    share = min(fit, c.max_replicas if c.max_replicas is not None else math.inf)
     return max(1, int(share + 1e-9)) if share != math.inf else 1 << 30
 
 
@@ -168,7 +167,7 @@ def inner_targets(snap: Snapshot, bounds: dict[str, Bounds], heap_bytes: dict[st
     grow = {o.name: o for o in pools if o.name in wants and wants[o.name][0] > (o.config.replicas or 0)}
     granted = {name: grow[name].config.replicas or 0 for name in grow}
     live = [o for o in snap.operators if o.config.kind == "actor" and not o.completed and o.config.replicas is not None]
-    share = {o.name: even_share(o, snap.cluster, len(live)) for o in live}
+    share = {o.name: even_share(o, snap.cluster, live) for o in live}
     # what a pool below its share may need of it: all of it before a task of it has finished, else
     # what it asks for; none for a pool that could not grow into it (heap unmeasured under a limit)
     keep = {o.name: share[o.name] if o.tasks_finished == 0 else min(share[o.name], wants[o.name][0])
