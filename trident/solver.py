@@ -17,11 +17,13 @@ SOLVERS = ("highs", "cbc")
 
 @dataclass(frozen=True)
 class Outcome:
-    """``status``: 'optimal', 'feasible' or None; ``solver``: the one that answered."""
+    """``status``: 'optimal', 'feasible' or None; ``solver``: the one that answered;
+    ``infeasible``: the solver proved that no solution exists (``status`` is None)."""
 
     status: str | None
     solver: str
     note: str = ""
+    infeasible: bool = False
 
 
 def pick(solver: str | None) -> str:
@@ -46,14 +48,20 @@ def solve(prob, *, solver: str | None = None, time_limit_s: float, gap_rel: floa
     name = pick(solver)
     if name == "highs":
         try:
-            return Outcome(_highs(prob, time_limit_s, gap_rel, start), "highs")
+            status, infeasible = _highs(prob, time_limit_s, gap_rel, start)
+            return Outcome(status, "highs", infeasible=infeasible)
         except Exception as exc:  # a broken HiGHS must not stop the caller: CBC answers instead
             note = f"HiGHS failed ({type(exc).__name__}: {exc}); CBC used"
-            return Outcome(_cbc(prob, time_limit_s, gap_rel, threads), "cbc", note)
-    return Outcome(_cbc(prob, time_limit_s, gap_rel, threads), "cbc")
+            return _cbc_outcome(prob, time_limit_s, gap_rel, threads, note)
+    return _cbc_outcome(prob, time_limit_s, gap_rel, threads)
 
 
-def _highs(prob, time_limit_s: float, gap_rel: float | None, start: dict | None) -> str | None:
+def _cbc_outcome(prob, time_limit_s: float, gap_rel: float | None, threads: int | None, note: str = "") -> Outcome:
+    status, infeasible = _cbc(prob, time_limit_s, gap_rel, threads)
+    return Outcome(status, "cbc", note, infeasible)
+
+
+def _highs(prob, time_limit_s: float, gap_rel: float | None, start: dict | None) -> tuple[str | None, bool]:
     import highspy
 
     kw = {"msg": False, "timeLimit": time_limit_s, "mip_heuristic_run_feasibility_jump": False}
@@ -63,14 +71,14 @@ def _highs(prob, time_limit_s: float, gap_rel: float | None, start: dict | None)
     model = prob.solverModel
     st = model.getModelStatus()
     if st == highspy.HighsModelStatus.kOptimal:
-        return "optimal"
+        return "optimal", False
     has_solution = model.getInfo().primal_solution_status == 2  # kSolutionStatusFeasible
     limits = (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kInterrupt,
               highspy.HighsModelStatus.kIterationLimit, highspy.HighsModelStatus.kSolutionLimit)
-    return "feasible" if has_solution and st in limits else None
+    return ("feasible" if has_solution and st in limits else None), st == highspy.HighsModelStatus.kInfeasible
 
 
-def _cbc(prob, time_limit_s: float, gap_rel: float | None, threads: int | None) -> str | None:
+def _cbc(prob, time_limit_s: float, gap_rel: float | None, threads: int | None) -> tuple[str | None, bool]:
     import pulp
 
     kw = {"msg": False, "timeLimit": time_limit_s}
@@ -81,8 +89,10 @@ def _cbc(prob, time_limit_s: float, gap_rel: float | None, threads: int | None) 
     prob.solve(pulp.PULP_CBC_CMD(**kw))
     # CBC reports "Optimal" after a time limit (pulp#649): the solution status tells the truth.
     if prob.sol_status == pulp.LpSolutionOptimal:
-        return "optimal"
-    return "feasible" if prob.sol_status == pulp.LpSolutionIntegerFeasible else None
+        return "optimal", False
+    if prob.sol_status == pulp.LpSolutionIntegerFeasible:
+        return "feasible", False
+    return None, prob.status == pulp.LpStatusInfeasible
 
 
 def _warm_highs():

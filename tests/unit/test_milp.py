@@ -356,6 +356,7 @@ def test_infeasible_keeps_current_plan_without_raising():
     res = solve_placement(PlacementProblem(operators=(op,), node_types=(node,), current=cur))
     assert not res.changed and res.allocation == cur and res.status == "failed"
     assert "keeping the current plan" in res.reason
+    assert "infeasible" in res.reason and "time limit" not in res.reason  # not mistaken for a slow solve
     none = solve_placement(PlacementProblem(operators=(op,), node_types=(node,)))
     assert none.status == "failed" and none.allocation == Allocation()
 
@@ -364,7 +365,7 @@ def test_timeout_keeps_current_plan(monkeypatch):
     from trident.plan import milp
 
     def timed_out(prob, problem, solver, start=None):
-        return None  # what _run reports when the time limit passed without a solution
+        return None, "no feasible plan within the time limit"  # what _run reports then
 
     monkeypatch.setattr(milp, "_run", timed_out)
     base = _two_op_problem()

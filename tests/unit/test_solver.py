@@ -23,11 +23,13 @@ def test_both_solvers_find_the_optimum_silently(name, capfd):
     assert capfd.readouterr().out == ""
 
 
-def test_infeasible_has_no_status_and_bad_inputs_are_named():
+def test_infeasible_has_no_status_is_said_to_be_infeasible_and_bad_inputs_are_named():
     prob, x = knapsack()
+    assert not solve(prob, solver="highs", time_limit_s=5).infeasible
     prob += x[0] + x[1] >= 3
-    assert solve(prob, solver="highs", time_limit_s=5).status is None
-    assert solve(prob, solver="cbc", time_limit_s=5).status is None
+    for name in ("highs", "cbc"):
+        out = solve(prob, solver=name, time_limit_s=5)
+        assert out.status is None and out.infeasible, out
     with pytest.raises(ConfigError, match="solver"):
         pick("gurobi")
     with pytest.raises(ConfigError, match="time_limit_s"):

@@ -686,10 +686,11 @@ def test_a_scale_up_of_the_bottleneck_starts_its_new_replicas_at_the_batch_size_
     assert res.throughput_rows_per_s >= 1.1 * simulate(spec, policy="ray", seed=0).throughput_rows_per_s
 
 
-def _typed_snapshot(k: int, *, detect_types=("A", "B"), embed_types=("A", "B"), per_actor=None):
+def _typed_snapshot(k: int, *, detect_types=("A", "B"), embed_types=("A", "B"), per_actor=None, detect_split=None):
     """read -> detect (backlogged) -> embed, both pools unpinned with actors on whichever type
-    ``detect_types`` names: detect does 10 rows/s per replica on A and 40 on B, embed 40 on A and
-    20 on B. Counters after ``k`` seconds; tasks of 16 rows."""
+    ``detect_types`` names (4 in all, or ``detect_split``: type -> actors): detect does 10 rows/s
+    per replica on A and 40 on B, embed 40 on A and 20 on B. Counters after ``k`` seconds; tasks
+    of 16 rows."""
     from trident.types import TypeUsage
 
     t = float(k)
@@ -698,7 +699,8 @@ def _typed_snapshot(k: int, *, detect_types=("A", "B"), embed_types=("A", "B"), 
                             config=OperatorConfig(kind="task", replicas=None, min_replicas=1))]
     for i, name in enumerate(("detect", "embed"), start=1):
         types = detect_types if name == "detect" else embed_types
-        actors = {ty: 4 // len(types) for ty in types}
+        actors = (detect_split if name == "detect" and detect_split else None) or {ty: 4 // len(types) for ty in types}
+        n_all = sum(actors.values())
         usage, rows, busy = [], 0, 0.0
         for ty, n in actors.items():
             done = int(n * per_actor[name][ty] * t / 16)
@@ -709,16 +711,16 @@ def _typed_snapshot(k: int, *, detect_types=("A", "B"), embed_types=("A", "B"), 
             name=name, index=i, rows_out_total=rows, rows_in_total=rows, rows_in_done_total=rows,
             bytes_in_total=rows * 100, tasks_finished=sum(u.tasks_finished for u in usage), busy_s=busy,
             rows_out_per_s=rows / t if t else 0.0, bytes_out_per_s=rows * 100 / t if t else 0.0,
-            input_queue_blocks=50, tasks_running=4, actors_running=4, tasks_in_flight=8, by_type=tuple(usage),
-            heap_rss_per_replica_bytes=GiB,
-            config=OperatorConfig(kind="actor", replicas=4, min_replicas=1, max_replicas=8, num_gpus=1.0,
+            input_queue_blocks=50, tasks_running=n_all, actors_running=n_all, tasks_in_flight=2 * n_all,
+            by_type=tuple(usage), heap_rss_per_replica_bytes=GiB,
+            config=OperatorConfig(kind="actor", replicas=n_all, min_replicas=1, max_replicas=8, num_gpus=1.0,
                                   batch_size=16)))
     return Snapshot(execution_id="e", seq=k, time_s=t, operators=tuple(ops), input_rows_total=10**6,
                     cluster=ClusterView(cpus=16, gpus=8, gpus_by_type=(("A", 4.0), ("B", 4.0))))
 
 
-def _typed_problem(detect_types=("A", "B"), embed_types=("A", "B"), per_actor=None):
-    """(plannable operators, planning) after 30 s of :func:`_typed_snapshot`."""
+def _typed_problem(detect_types=("A", "B"), embed_types=("A", "B"), per_actor=None, detect_split=None, steps=30):
+    """(plannable operators, planning) after ``steps`` seconds of :func:`_typed_snapshot`."""
     import numpy as np
 
     from trident.policies.trident import problem
@@ -726,8 +728,9 @@ def _typed_problem(detect_types=("A", "B"), embed_types=("A", "B"), per_actor=No
 
     settings = TridentSettings()
     observer = Observer(settings=settings, rng=np.random.default_rng(0), seed=0)
-    for k in range(30):
-        snap = _typed_snapshot(k, detect_types=detect_types, embed_types=embed_types, per_actor=per_actor)
+    for k in range(steps):
+        snap = _typed_snapshot(k, detect_types=detect_types, embed_types=embed_types, per_actor=per_actor,
+                               detect_split=detect_split)
         for o in snap.operators:
             observer.observe(o, snap.time_s)
     ops = problem.plannable(snap)
@@ -749,6 +752,22 @@ def test_unpinned_pools_measured_on_both_types_are_moved_where_each_is_relativel
     targets, result = _typed_plan(("A", "B"))
     assert targets["detect"].accelerator_type == "B" and targets["embed"].accelerator_type == "A", targets
     assert result.throughput_rows_per_s > 1.3 * result.current_throughput_rows_per_s
+
+
+def test_a_pool_ray_spread_over_two_types_is_planned_on_one_with_at_most_what_it_holds():
+    """Detect runs 3 replicas on A and 2 on B, backlogged, so a first estimate keeps its 5; one
+    type holds 4 (4 GPUs, 1 per replica). Kept at 5 on one device every plan was infeasible (two-types
+    scenario: 12 s on the wrong types, a solve failing each time it looked)."""
+    from trident.plan.milp import solve_placement
+    from trident.policies.trident import problem
+
+    ops, planning = _typed_problem(("A", "B"), detect_split={"A": 3, "B": 2}, steps=8)
+    detect = next(sp for sp in planning.problem.operators if sp.name == "detect")
+    assert planning.per_type and detect.single_device and detect.min_replicas == 4, detect
+    result = solve_placement(planning.problem)
+    assert result.status != "failed", result.reason
+    targets = {t.name: t for t in problem.targets(ops, result.allocation)}
+    assert targets["detect"].accelerator_type == "B" and targets["detect"].replicas == 4, targets
 
 
 def test_types_of_equal_speed_pin_nothing():
@@ -894,6 +913,29 @@ def test_rates_measured_per_accelerator_type_are_planned_with_at_once_not_after_
     # no pool measured on a second type: nothing is new, the dwell holds
     policy, snap = _dwelling_policy(("A",))
     assert policy.step(snap, 30.0).kind == "dwell"
+
+
+def test_a_solve_that_found_no_plan_is_tried_again_at_the_next_step_though_the_planner_dwells(monkeypatch):
+    """Per-type rates came in during the dwell and the solve found no plan: the retry is not held
+    back by the dwell (two-types scenario: the retry waited 8.6 s for it, the pools on the wrong types)."""
+    from trident.plan import milp
+    from trident.policies.trident import policy as policy_module
+
+    fail = {"left": 1}
+
+    def solve(prob):
+        if fail["left"]:
+            fail["left"] -= 1
+            return milp._keep(prob, prob.current, None, "highs", "no feasible plan within the time limit; keeping "
+                              "the current plan", status="failed")
+        return milp.solve_placement(prob)
+
+    monkeypatch.setattr(policy_module, "solve_placement", solve)
+    policy, snap = _dwelling_policy(("A", "B"))
+    first = policy.step(snap, 30.0)
+    assert first.kind == "keep" and "time limit" in first.reason, first.reason
+    again = policy.step(_typed_snapshot(31), 31.0)
+    assert again.kind == "plan", again.reason
 
 
 def test_a_pool_pinned_to_a_type_keeps_being_modelled():

@@ -168,9 +168,9 @@ class TridentPolicy:
         if result.status == "failed":
             # no plan found (on a busy machine the solver's time limit passed first): nothing is
             # settled, the bounds and the inner loop stay, and the planner looks again at the next
-            # step with a longer limit, ``solver_retries`` times
+            # step, past the dwell, with a longer limit, ``solver_retries`` times
             if self.solve_failures < self.settings.solver_retries:
-                self.last_look_s = None
+                self.replan_now, self.last_look_s = True, None
             self.solve_failures += 1
             return Decision(time_s=now, reason=f"keep: {result.reason} ({limited.time_limit_s:.2g} s)",
                             notes=tuple(notes), kind="keep")

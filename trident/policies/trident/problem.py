@@ -83,6 +83,7 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
         replicas = _replicas(o)
         device = CPU if o.config.num_gpus <= 0 else (o.config.accelerator_type if per_type else ANY_GPU)
         lo, hi = o.config.min_replicas, o.config.max_replicas
+        kept = False  # whether lo is raised to what runs now
         if rate_out is None:
             missing.append(o.name)
         if rate_out is None:
@@ -92,7 +93,8 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
             if o.config.replicas is None:  # an uncapped task operator takes the CPUs it needs, no more
                 lo, hi = 1, None
             elif _backlogged(o) and (source == "stall bound" or (source == "busy time" and not tr.regime_start_s)):
-                lo = max(lo or 0, replicas)  # Ray's rule would keep it: a first estimate or a bound does not shrink it
+                # Ray's rule would keep it: a first estimate or a bound does not shrink it
+                lo, kept = max(lo or 0, replicas), replicas > (lo or 0)
         if o.input_queue_blocks == 0 and all(u.completed for u in snap.operators if u.index < o.index):
             cap = max(replicas, lo or 0)  # its input is all handed out: more replicas would idle
             hi = cap if hi is None else min(hi, cap)
@@ -115,6 +117,11 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
                 options += _typed_options(tr, o, key, typed, device, sels[i], settings)
                 options += unmeasured_options(options, typed, upside)
             current[(o.name, device, CPU if device == CPU else device)] = replicas
+        if kept and per_type and o.config.kind == "actor":
+            # a pool Ray spread over two types is planned on one: it keeps at most what one holds
+            # (two-types: Detect's 3 on A + 2 on B kept at 5 where one type holds 4 made every
+            # plan infeasible for 12 s)
+            lo = max(o.config.min_replicas or 0, min(lo, one_device_most(options, nodes)))
         specs.append(OperatorSpec(name=o.name, options=tuple(options), selectivity=sels[i],
                                   min_replicas=lo, max_replicas=hi,
                                   cold_start_s=estimates.cold_start_s(tr, o, settings),
@@ -136,6 +143,24 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
     if left_s is not None:  # a cold start is amortised over the work left, at most the horizon
         problem = replace(problem, horizon_s=max(min(settings.horizon_s, left_s), 1.0))
     return Planning(problem, rates, per_type=per_type)
+
+
+def one_device_most(options: list[DeviceOption], nodes: list[NodeType]) -> int:
+    """The most replicas of a one-device pool that any one of its options' devices holds alone
+    (its node type's CPUs and GPUs)."""
+    by_name = {n.name: n for n in nodes}
+    most = 0
+    for opt in options:
+        node = by_name.get(opt.device)
+        if node is None:
+            continue
+        fits = [math.inf]
+        if opt.cpus > 0:
+            fits.append(node.cpus * node.count / opt.cpus)
+        if opt.gpus > 0:
+            fits.append(node.gpus * node.count / opt.gpus)
+        most = max(most, math.floor(min(fits) + 1e-9) if math.isfinite(min(fits)) else 10**9)
+    return most
 
 
 @dataclass(frozen=True)
