@@ -915,15 +915,16 @@ def test_rates_measured_per_accelerator_type_are_planned_with_at_once_not_after_
     assert policy.step(snap, 30.0).kind == "dwell"
 
 
-def test_a_solve_that_found_no_plan_is_tried_again_at_the_next_step_though_the_planner_dwells(monkeypatch):
-    """Per-type rates came in during the dwell and the solve found no plan: the retry is not held
-    back by the dwell (two-types scenario: the retry waited 8.6 s for it, the pools on the wrong types)."""
+def _solves_failing(monkeypatch, n: int) -> list[float]:
+    """The policy's first ``n`` solves find no plan (as when the time limit passes first), the
+    next ones solve; returns the time limit of each solve, as they come."""
     from trident.plan import milp
     from trident.policies.trident import policy as policy_module
 
-    fail = {"left": 1}
+    calls, fail = [], {"left": n}
 
     def solve(prob):
+        calls.append(prob.time_limit_s)
         if fail["left"]:
             fail["left"] -= 1
             return milp._keep(prob, prob.current, None, "highs", "no feasible plan within the time limit; keeping "
@@ -931,6 +932,13 @@ def test_a_solve_that_found_no_plan_is_tried_again_at_the_next_step_though_the_p
         return milp.solve_placement(prob)
 
     monkeypatch.setattr(policy_module, "solve_placement", solve)
+    return calls
+
+
+def test_a_solve_that_found_no_plan_is_tried_again_at_the_next_step_though_the_planner_dwells(monkeypatch):
+    """Per-type rates came in during the dwell and the solve found no plan: the retry is not held
+    back by the dwell (two-types scenario: the retry waited 8.6 s for it, the pools on the wrong types)."""
+    _solves_failing(monkeypatch, 1)
     policy, snap = _dwelling_policy(("A", "B"))
     first = policy.step(snap, 30.0)
     assert first.kind == "keep" and "time limit" in first.reason, first.reason
@@ -1308,20 +1316,7 @@ def test_a_solve_that_finds_no_plan_is_tried_again_at_the_next_step_with_a_longe
     ``solver_retry_growth`` times longer, ``solver_retries`` times; a failure after those waits for
     the usual interval (a problem with no plan is not solved at every step). A solve that finds a
     plan sets the limit back."""
-    from trident.plan import milp
-    from trident.policies.trident import policy as policy_module
-
-    calls, fail = [], {"left": 3}
-
-    def solve(prob):
-        calls.append(prob.time_limit_s)
-        if fail["left"]:
-            fail["left"] -= 1
-            return milp._keep(prob, prob.current, None, "highs", "no feasible plan within the time limit; keeping "
-                              "the current plan", status="failed")
-        return milp.solve_placement(prob)
-
-    monkeypatch.setattr(policy_module, "solve_placement", solve)
+    calls = _solves_failing(monkeypatch, 3)
     policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5000 * 2**20, seed=0))
     s = policy.settings
     steps = []

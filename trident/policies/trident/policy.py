@@ -166,7 +166,7 @@ class TridentPolicy:
         limited = self._retry_limit(prob)
         result = solve_placement(limited)
         if result.status == "failed":
-            # no plan found (on a busy machine the solver's time limit passed first): nothing is
+            # no plan found (the time limit passed first on a busy machine, or none exists): nothing is
             # settled, the bounds and the inner loop stay, and the planner looks again at the next
             # step, past the dwell, with a longer limit, ``solver_retries`` times
             if self.solve_failures < self.settings.solver_retries:

@@ -145,7 +145,7 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
     return Planning(problem, rates, per_type=per_type)
 
 
-def one_device_most(options: list[DeviceOption], nodes: list[NodeType]) -> int:
+def one_device_most(options: list[DeviceOption], nodes: list[NodeType]) -> float:
     """The most replicas of a one-device pool that any one of its options' devices holds alone
     (its node type's CPUs and GPUs)."""
     by_name = {n.name: n for n in nodes}
@@ -154,12 +154,11 @@ def one_device_most(options: list[DeviceOption], nodes: list[NodeType]) -> int:
         node = by_name.get(opt.device)
         if node is None:
             continue
-        fits = [math.inf]
-        if opt.cpus > 0:
-            fits.append(node.cpus * node.count / opt.cpus)
-        if opt.gpus > 0:
-            fits.append(node.gpus * node.count / opt.gpus)
-        most = max(most, math.floor(min(fits) + 1e-9) if math.isfinite(min(fits)) else 10**9)
+        fits = [node.cpus * node.count / opt.cpus] if opt.cpus > 0 else []
+        fits += [node.gpus * node.count / opt.gpus] if opt.gpus > 0 else []
+        if not fits:  # it needs neither: any number fits
+            return math.inf
+        most = max(most, math.floor(min(fits) + 1e-9))
     return most
 
 
