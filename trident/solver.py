@@ -52,13 +52,8 @@ def solve(prob, *, solver: str | None = None, time_limit_s: float, gap_rel: floa
             return Outcome(status, "highs", infeasible=infeasible)
         except Exception as exc:  # a broken HiGHS must not stop the caller: CBC answers instead
             note = f"HiGHS failed ({type(exc).__name__}: {exc}); CBC used"
-            return _cbc_outcome(prob, time_limit_s, gap_rel, threads, note)
-    return _cbc_outcome(prob, time_limit_s, gap_rel, threads)
-
-
-def _cbc_outcome(prob, time_limit_s: float, gap_rel: float | None, threads: int | None, note: str = "") -> Outcome:
-    status, infeasible = _cbc(prob, time_limit_s, gap_rel, threads)
-    return Outcome(status, "cbc", note, infeasible)
+            return _cbc(prob, time_limit_s, gap_rel, threads, note)
+    return _cbc(prob, time_limit_s, gap_rel, threads)
 
 
 def _highs(prob, time_limit_s: float, gap_rel: float | None, start: dict | None) -> tuple[str | None, bool]:
@@ -78,7 +73,7 @@ def _highs(prob, time_limit_s: float, gap_rel: float | None, start: dict | None)
     return ("feasible" if has_solution and st in limits else None), st == highspy.HighsModelStatus.kInfeasible
 
 
-def _cbc(prob, time_limit_s: float, gap_rel: float | None, threads: int | None) -> tuple[str | None, bool]:
+def _cbc(prob, time_limit_s: float, gap_rel: float | None, threads: int | None, note: str = "") -> Outcome:
     import pulp
 
     kw = {"msg": False, "timeLimit": time_limit_s}
@@ -89,10 +84,10 @@ def _cbc(prob, time_limit_s: float, gap_rel: float | None, threads: int | None) 
     prob.solve(pulp.PULP_CBC_CMD(**kw))
     # CBC reports "Optimal" after a time limit (pulp#649): the solution status tells the truth.
     if prob.sol_status == pulp.LpSolutionOptimal:
-        return "optimal", False
+        return Outcome("optimal", "cbc", note)
     if prob.sol_status == pulp.LpSolutionIntegerFeasible:
-        return "feasible", False
-    return None, prob.status == pulp.LpStatusInfeasible
+        return Outcome("feasible", "cbc", note)
+    return Outcome(None, "cbc", note, infeasible=prob.status == pulp.LpStatusInfeasible)
 
 
 def _warm_highs():

@@ -364,7 +364,7 @@ def test_infeasible_keeps_current_plan_without_raising():
 def test_timeout_keeps_current_plan(monkeypatch):
     from trident.plan import milp
 
-    def timed_out(prob, problem, solver, start=None):
+    def timed_out(prob, problem, solver, what, start=None):
         return None, "no feasible plan within the time limit"  # what _run reports then
 
     monkeypatch.setattr(milp, "_run", timed_out)

@@ -699,7 +699,7 @@ def _typed_snapshot(k: int, *, detect_types=("A", "B"), embed_types=("A", "B"), 
                             config=OperatorConfig(kind="task", replicas=None, min_replicas=1))]
     for i, name in enumerate(("detect", "embed"), start=1):
         types = detect_types if name == "detect" else embed_types
-        actors = (detect_split if name == "detect" and detect_split else None) or {ty: 4 // len(types) for ty in types}
+        actors = detect_split if name == "detect" and detect_split else {ty: 4 // len(types) for ty in types}
         n_all = sum(actors.values())
         usage, rows, busy = [], 0, 0.0
         for ty, n in actors.items():

@@ -91,13 +91,14 @@ def _pick_solver(solver: str | None) -> str:
     return pick(solver)
 
 
-def _run(prob, problem: PlacementProblem, solver: str, start: dict | None = None) -> tuple[str | None, str]:
+def _run(prob, problem: PlacementProblem, solver: str, what: str,
+         start: dict | None = None) -> tuple[str | None, str]:
     """Solve ``prob`` (HiGHS starts from ``start``, variable -> value, when given); return
-    'optimal' or 'feasible' when it holds a solution, else ``None`` and why not."""
+    'optimal' or 'feasible' when it holds a solution, else ``None`` and why there is no ``what``."""
     from trident.solver import solve
 
     out = solve(prob, solver=solver, time_limit_s=problem.time_limit_s, gap_rel=problem.gap_rel, start=start)
-    why = "no plan meets every bound (infeasible)" if out.infeasible else "no feasible plan within the time limit"
+    why = f"no {what} meets every bound (infeasible)" if out.infeasible else f"no feasible {what} within the time limit"
     return out.status, why
 
 
@@ -257,7 +258,7 @@ def _solve_aggregated(problem: PlacementProblem, solver: str):
 def _solve_keys(problem: PlacementProblem, keys: list, caps: dict, solver: str, incumbent: Allocation | None):
     """Solve the aggregated model over ``keys``; returns (allocation, status) or (None, why)."""
     prob, x, start = _model(problem, keys, lambda k: k, caps, incumbent)
-    status, why = _run(prob, problem, solver, start)
+    status, why = _run(prob, problem, solver, "plan", start)
     if status is None:
         return None, why
     vals = _ints({k: v.varValue for k, v in x.items()})
@@ -291,9 +292,9 @@ def _place_on_nodes(problem: PlacementProblem, agg: Allocation, status: str, sol
                 return pulp.lpSum((ops[k[0]].option(k[1]).gpus + 1e-3 * ops[k[0]].option(k[1]).cpus) * x[k]
                                   for k in keys if k[2] == n.name and k[3] == idx)
             prob += load(i) >= load(i + 1)
-    st, why = _run(prob, problem, solver)
+    st, why = _run(prob, problem, solver, "per-node packing")
     if st is None:
-        return None, "failed", why.replace("plan", "per-node packing")
+        return None, "failed", why
     vals = _ints({k: v.varValue for k, v in x.items()})
     if vals is None:
         return None, "failed", "the solver returned a non-integer packing"
