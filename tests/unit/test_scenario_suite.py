@@ -63,6 +63,32 @@ def test_a_plans_time_beyond_its_cold_starts_is_what_it_waited_with_no_actor_sta
     assert reach_and_start(ex) == [(7.0, 4.6)]
 
 
+def test_start_up_and_steady_pace_are_read_at_the_last_model_stage():
+    """1,000 rows; the last pool puts out nothing for 20 s, then 50 rows/s (its upstream pool
+    runs ahead at 100 rows/s): a tenth is out at 22 s, the pace between a quarter and three
+    quarters is 50 rows/s. A run that stops at 60% has no steady pace."""
+    from trident.demos.suite import start_and_steady
+    from trident.report.record import ExecutionRecord
+    from trident.types import ClusterView, OperatorConfig, OperatorSnapshot, Snapshot
+
+    def snap(t):
+        ops = (OperatorSnapshot(name="read", index=0, rows_out_total=min(1000, 200 * t),
+                                config=OperatorConfig(kind="task", replicas=None)),
+               OperatorSnapshot(name="detect", index=1, rows_out_total=min(1000, 100 * t),
+                                config=OperatorConfig(kind="actor", replicas=2, min_replicas=1)),
+               OperatorSnapshot(name="embed", index=2, rows_out_total=min(1000, 50 * max(0, t - 20)),
+                                config=OperatorConfig(kind="actor", replicas=2, min_replicas=1)))
+        return Snapshot(execution_id="e", seq=t, time_s=float(t), operators=ops, cluster=ClusterView(cpus=4, gpus=2))
+
+    ex = ExecutionRecord(execution_id="e", dataset_id="d", started_at_s=0.0)
+    ex.snapshots = [snap(t) for t in range(45)]
+    tenth, steady = start_and_steady(ex, 1000)
+    assert tenth == 22.0
+    assert steady == pytest.approx(50.0)
+    ex.snapshots = [snap(t) for t in range(33)]  # 600 rows out of the last pool
+    assert start_and_steady(ex, 1000) == (22.0, None)
+
+
 def test_the_tuned_setup_is_the_best_fixed_one_and_never_beats_the_work_bound():
     from trident.demos.suite import tuned_setup
 

@@ -284,6 +284,10 @@ class Run:
     """Of each of those, the seconds an actor of the pool was starting (its cold starts)."""
     replans: int = 0
     record: object = None
+    first_tenth_s: float | None = None
+    """Seconds until a tenth of the rows were out of the last model stage (start-up and fill)."""
+    steady_rows_per_s: float | None = None
+    """Rows per second out of the last model stage between a quarter and three quarters of the rows."""
 
 
 def run_once(sc: Scenario, policy: str, *, interval_s: float = 1.0) -> Run:
@@ -312,10 +316,12 @@ def run_once(sc: Scenario, policy: str, *, interval_s: float = 1.0) -> Run:
     shutil.rmtree(work, ignore_errors=True)
     seen = set(ids)
     reached = [reach_and_start(ex) for ex in run.executions]
+    first_tenth_s, steady = start_and_steady(run.executions[0], sc.rows) if run.executions else (None, None)
     return Run(policy=policy, wall_s=wall_s, rows_lost=sc.rows - len(seen & set(range(sc.rows))),
                rows_duplicated=len(ids) - len(seen), oom_kills=dog.kills, summary=run.summary(), error=error,
                reach_s=[r for ex in reached for r, _ in ex], starting_s=[st for ex in reached for _, st in ex],
-               replans=sum(d.kind == "replan" for ex in run.executions for d in ex.decisions), record=run.record)
+               replans=sum(d.kind == "replan" for ex in run.executions for d in ex.decisions), record=run.record,
+               first_tenth_s=first_tenth_s, steady_rows_per_s=steady)
 
 
 def reach_and_start(ex) -> list[tuple[float, float]]:
@@ -338,6 +344,26 @@ def reach_and_start(ex) -> list[tuple[float, float]]:
                 starting += s1.time_s - s0.time_s
         out.append((a.value, starting))
     return out
+
+
+def start_and_steady(ex, rows: int) -> tuple[float | None, float | None]:
+    """Start-up and steady pace of an execution, from the rows out of its last actor pool (the
+    last model stage) in its snapshots: (seconds until a tenth of ``rows`` were out, rows per
+    second between a quarter and three quarters of them); ``None`` where the run fell short."""
+    pools = [o for o in (ex.snapshots[0].operators if ex.snapshots else ()) if o.config.kind == "actor"]
+    if not pools or rows <= 0:
+        return None, None
+    last = max(pools, key=lambda o: o.index).name
+    pts = [(s.time_s, o.rows_out_total) for s in ex.snapshots for o in s.operators if o.name == last]
+
+    def first(frac: float) -> tuple[float, int] | None:
+        return next(((t, r) for t, r in pts if r >= frac * rows), None)
+
+    tenth, quarter, three = first(0.1), first(0.25), first(0.75)
+    steady = None
+    if quarter and three and three[0] > quarter[0]:
+        steady = (three[1] - quarter[1]) / (three[0] - quarter[0])
+    return (tenth[0] if tenth else None), steady
 
 
 def start_cluster():
@@ -365,6 +391,7 @@ def result(sc: Scenario, runs: list[Run], *, scale: float, started: str) -> dict
     bound = work_bound_s(sc)
     base = next((r for r in runs if r.policy == "ray" and not r.error), None)
     tuned = next((r for r in runs if r.policy == "tuned" and not r.error), None)
+    even = all(len(set(st.per_row_s)) == 1 for st in sc.stages)  # no shift: the bound's pace is even
     rows = []
     for r in runs:
         row = {"policy": r.policy, "wall_s": round(r.wall_s, 2),
@@ -390,6 +417,12 @@ def result(sc: Scenario, runs: list[Run], *, scale: float, started: str) -> dict
             row["plan_to_target_beyond_cold_start_median_s"] = round(statistics.median(beyond), 2)
             row["cold_start_median_s"] = round(statistics.median(r.starting_s), 2)
             row["replans"] = r.replans
+        if r.first_tenth_s is not None:
+            row["first_tenth_s"] = round(r.first_tenth_s, 2)
+        if r.steady_rows_per_s is not None:
+            row["steady_rows_per_s"] = round(r.steady_rows_per_s, 2)
+            if even:
+                row["steady_ratio_to_bound"] = round(r.steady_rows_per_s * bound / sc.rows, 3)
         if r.error:
             row["error"] = r.error
         rows.append(row)
@@ -398,6 +431,8 @@ def result(sc: Scenario, runs: list[Run], *, scale: float, started: str) -> dict
                          "no cold start, fill or drain"}
     if base is not None:
         bound_row["ratio_to_baseline"] = round(base.wall_s / bound, 3)
+    if even:
+        bound_row["first_tenth_s"] = round(bound / 10, 2)
     rows.append(bound_row)
     return {
         "benchmark": "scenario_suite", "trident_version": trident.__version__, "ray_version": ray.__version__,
