@@ -128,6 +128,20 @@ def test_bounds_floor_and_cap_the_inner_loop():
     assert targets == [OperatorTarget(name="a", replicas=4)]
 
 
+def test_a_pool_that_has_taken_all_its_input_is_not_grown_back_to_its_floor():
+    """Ray Data released two idle actors of a pool whose upstream finished: the plan's floor of 4
+    does not ask for them again (a new actor would get no task); while input waits, or an operator
+    before it still runs, it does."""
+    read = replace(_task("read", 0, running=0), completed=True)
+    tail = _actor("a", 1, replicas=2, in_flight=2, queued=0)
+    floor = {"a": Bounds(lo=4, hi=None, why="the plan")}
+    targets, _, _ = inner_targets(_snap(read, tail), floor, {}, memory_limit_bytes=None, settings=S)
+    assert targets == []
+    for snap in (_snap(read, replace(tail, input_queue_blocks=3)), _snap(replace(read, completed=False), tail)):
+        targets, _, _ = inner_targets(snap, floor, {}, memory_limit_bytes=None, settings=S)
+        assert targets == [OperatorTarget(name="a", replicas=4)]
+
+
 def test_with_a_memory_limit_a_pool_grows_only_by_what_its_measured_heap_allows():
     snap = _snap(_actor("a", 0, replicas=2, in_flight=4, queued=50))
     blocked, reasons, _ = inner_targets(snap, {}, {}, memory_limit_bytes=8 * GiB, settings=S)

@@ -349,7 +349,8 @@ def reach_and_start(ex) -> list[tuple[float, float]]:
 def start_and_steady(ex, rows: int) -> tuple[float | None, float | None]:
     """Start-up and steady pace of an execution, from the rows out of its last actor pool (the
     last model stage) in its snapshots: (seconds until a tenth of ``rows`` were out, rows per
-    second between a quarter and three quarters of them); ``None`` where the run fell short."""
+    second between a quarter and three quarters of them; above the pipeline's own pace while that
+    stage works off a queue built earlier); ``None`` where the run fell short."""
     pools = [o for o in (ex.snapshots[0].operators if ex.snapshots else ()) if o.config.kind == "actor"]
     if not pools or rows <= 0:
         return None, None
