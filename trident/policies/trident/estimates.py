@@ -18,6 +18,15 @@ def is_sink(op: OperatorSnapshot) -> bool:
     return op.name.split("(")[0].split("->")[-1].startswith("Write")
 
 
+def input_taken(snap: Snapshot, o: OperatorSnapshot) -> bool:
+    """Whether ``o`` has taken all its input: every operator before it completed and none of its
+    input waits. More replicas would get no task: the planner caps it at its size, the inner loop
+    does not grow it, not even to its floor (at the end of the video and PDF benchmarks Ray Data
+    released idle OCR actors and the floor asked for them again, twice per run)."""
+    before = [p for p in snap.operators if p.index < o.index]
+    return bool(before) and all(p.completed for p in before) and o.input_queue_blocks == 0
+
+
 MIN_TYPED_TASKS = 4
 """Finished tasks on an accelerator type before the pool's rate there is planned with."""
 

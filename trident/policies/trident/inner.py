@@ -5,8 +5,8 @@ tasks in flight over (actor slots x actors, pending ones included); at or above
 ``upscale_util`` the pool jumps to what its backlog needs (in-flight plus queued tasks at
 ``upscale_util`` per slot), in one cold start (capping the jump at doubling left the video
 benchmark's OCR pool two cold starts behind Ray's); at or below ``downscale_util`` (no actor
-pending) it shrinks by one; a pool that has taken all its input (:func:`winding_down`) does not
-grow. Every pool moves only within the bounds the planner set
+pending) it shrinks by one; a pool that has taken all its input (``estimates.input_taken``) does
+not grow. Every pool moves only within the bounds the planner set
 (``lo..hi``), within the memory limit (heap per replica as measured), and within the CPUs
 and GPUs left free: when the pools together want more than is free, replicas go one at a time
 to the pool with the most tasks in flight per replica (counting those already granted). A pool
@@ -161,7 +161,7 @@ def inner_targets(snap: Snapshot, bounds: dict[str, Bounds], heap_bytes: dict[st
         if o.config.max_replicas is not None:
             hi = min(hi, o.config.max_replicas)
         want = int(min(max(size, b.lo, o.config.min_replicas), hi))
-        if winding_down(snap, o):
+        if estimates.input_taken(snap, o):
             want = min(want, o.config.replicas or 0)
         if want != o.config.replicas:
             wants[o.name] = (want, f"{why}; bounds {b.lo}..{'-' if b.hi is None else b.hi} ({b.why})")
@@ -212,15 +212,6 @@ def inner_targets(snap: Snapshot, bounds: dict[str, Bounds], heap_bytes: dict[st
         targets.append(OperatorTarget(name=o.name, replicas=n))
         reasons.append(f"{o.name} {o.config.replicas} -> {n}: {why}{note}")
     return targets, reasons, held
-
-
-def winding_down(snap: Snapshot, o: OperatorSnapshot) -> bool:
-    """Whether ``o`` has taken all its input: every operator before it completed and none of its
-    input waits. A new actor would get no task, so the pool is not grown, not even to its floor
-    (at the end of the video and PDF benchmarks Ray Data released idle OCR actors and the floor
-    asked for them again, twice per run)."""
-    before = [p for p in snap.operators if p.index < o.index]
-    return bool(before) and all(p.completed for p in before) and o.input_queue_blocks == 0
 
 
 def _short(room: Room, o: OperatorSnapshot, heap_bytes: float) -> str:

@@ -95,8 +95,8 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
             elif _backlogged(o) and (source == "stall bound" or (source == "busy time" and not tr.regime_start_s)):
                 # Ray's rule would keep it: a first estimate or a bound does not shrink it
                 lo, kept = max(lo or 0, replicas), replicas > (lo or 0)
-        if o.input_queue_blocks == 0 and all(u.completed for u in snap.operators if u.index < o.index):
-            cap = max(replicas, lo or 0)  # its input is all handed out: more replicas would idle
+        if estimates.input_taken(snap, o):
+            cap = max(replicas, lo or 0)  # more replicas would idle
             hi = cap if hi is None else min(hi, cap)
         rates[o.name] = Estimate(rate_in, source)
         heap = heaps.get(o.name, 0.0) or (estimates.unmeasured_heap(o, snap, heaps, settings.memory_margin)
