@@ -1075,6 +1075,65 @@ def test_a_configuration_left_before_a_rate_window_keeps_its_busy_time_rate():
     assert not tr.measured(key_of(op(0, batch=32, tasks=0, busy=0).config))
 
 
+def test_a_configuration_left_after_its_first_task_is_measured_by_its_old_actors_while_new_ones_start():
+    """Batch 8's only task before the plan took 1.85 s for 8 rows (its first, with one-off costs;
+    its batches take 0.84 s). Until the first new actor of batch 32 is up, every task that finishes
+    is the old actor's, warm: that reading replaces the first task's (taken as batch 8's rate,
+    batch 32 looked no slower per batch, and the search swapped the pool to batch 64 and back)."""
+    import numpy as np
+
+    from trident.policies.trident.records import key_of
+    from trident.policies.trident.tracking import Observer
+
+    settings = TridentSettings()
+    observer = Observer(settings=settings, rng=np.random.default_rng(0), seed=0)
+    # batch, running, old, pending, tasks finished, busy s (one 8-row task each after the first)
+    states = ([(8, 0, 0, 1, 0, 0.0), (8, 1, 0, 0, 0, 0.0), (8, 1, 0, 0, 1, 1.85)]
+              + [(32, 1, 1, 7, 2 + i, 1.85 + 0.84 * (1 + i)) for i in range(6)]
+              + [(32, 8, 1, 0, 8, 1.85 + 0.84 * 7)])
+    ops = []
+    for k, (batch, running, old, pending, tasks, busy) in enumerate(states):
+        op = OperatorSnapshot(name="embed", index=1, rows_out_total=8 * tasks, rows_in_total=8 * tasks + 8,
+                              rows_in_done_total=8 * tasks, tasks_finished=tasks, busy_s=busy, tasks_running=1,
+                              actors_running=running, old_actors=old, actors_pending=pending, input_queue_blocks=50,
+                              config=OperatorConfig(kind="actor", replicas=running + pending - old if old else running + pending,
+                                                    min_replicas=1, max_replicas=8, num_gpus=0.5, batch_size=batch))
+        starting = observer.starting((op,))
+        observer.observe(op, float(k), starting=starting)
+        ops.append(op)
+    tr = observer.tracks["embed"]
+    old = key_of(ops[0].config)
+    assert tr.measured(old) == pytest.approx([8 / 0.84])
+    est = estimates.rate(tr, ops[0], old, settings)
+    assert est.rows_per_s == pytest.approx(8 / 0.84) and est.source == "first windows", est
+
+
+def test_a_settled_pools_batch_size_trial_waits_while_its_rate_was_measured_as_actors_started():
+    """Batches are compared by warm readings: while the bottleneck's rate rests on windows measured
+    as actors started (their CPU and first tasks slow the pool: batch 32 read 5.7-9.5 rows/s per
+    replica while its eighth actor started, 20 once warm), a trial that costs a rolling update
+    waits, and says so; with the same state warm it goes out."""
+    def run(*, started: bool):
+        policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5000 * 2**20, seed=0))
+        for k in range(30):
+            if started and k == tune_at:
+                tr = policy.tracks["embed"]
+                tr.rates = [r._replace(starting=True) for r in tr.rates]
+                tr.starting_s = float(k - 1)
+            d = policy.step(_starting_pool(k, running=8, pending=0), float(k))
+            if d.kind == "tune" or (started and k == tune_at):
+                return k, d
+        pytest.fail("no batch-size trial")
+
+    tune_at = 10**6
+    tune_at, warm = run(started=False)
+    assert warm.kind == "tune", warm.reason
+    k, waited = run(started=True)
+    assert k == tune_at and waited.kind != "tune", waited.reason
+    assert any("batch-size search waits: batch 8's rate was measured while actors started" in n
+               for n in waited.notes), waited.notes
+
+
 def test_a_batch_size_trial_runs_only_when_it_pays_for_itself():
     """Batch 8, 16 and 32 measured at 7.5, 13.8 and 18.6 rows/s per replica (1.06, 1.16, 1.72 s per
     batch): the line through the two largest puts batch 64 at 2.8 s, 0.7x of 32 on 7 replicas when

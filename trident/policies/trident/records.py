@@ -43,6 +43,18 @@ class Counters(NamedTuple):
     bytes_in: int
 
 
+class OldActorsSpan(NamedTuple):
+    """A rolling update's start until its first new actor is up: every task that finishes then is
+    an old actor's (each past its first task, with its one-off costs, when the span began)."""
+
+    key: ConfigKey
+    """The configuration left."""
+    start: Counters
+    """The counters when the pool's configuration changed."""
+    end: Counters | None = None
+    """The counters at the last snapshot in which only old actors ran."""
+
+
 @dataclass
 class Stall:
     """No task of a working operator finished since ``since_s``."""

@@ -23,7 +23,7 @@ from trident.model.gp import OperatorModel
 from trident.model.regimes import RegimeStore
 from trident.observe.filters import sustainable_samples
 from trident.plan.placement import ANY_GPU, CPU
-from trident.policies.trident.records import Assumed, ConfigKey, Counters, RateSample, Stall, key_of
+from trident.policies.trident.records import Assumed, ConfigKey, Counters, OldActorsSpan, RateSample, Stall, key_of
 from trident.policies.trident.settings import TridentSettings
 from trident.types import OperatorSnapshot
 
@@ -80,6 +80,9 @@ class OperatorTrack:
     warm_at: int = 0
     """Finished tasks (:func:`_progress`) at which the actors that came up last have each had
     time for a first task."""
+    left: OldActorsSpan | None = None
+    """While a rolling update's new actors are not up: the configuration left and what its old
+    actors did since (:meth:`Observer._old_actors_at_work`)."""
 
     def measured(self, key: ConfigKey, last: int = 8) -> list[float]:
         return [r.rows_per_s for r in self.rates if r.key == key][-last:]
@@ -161,6 +164,8 @@ class Observer:
                 tr.rate_detector.reset()
                 tr.settling_at = _progress(op)
                 _keep_busy_rate(tr, tr.key, t, self.settings.min_busy_s)
+                warm = busy_of(op) is not None and _progress(op) >= tr.warm_at  # each old actor past a first task
+                tr.left = OldActorsSpan(tr.key, _counters(op, t)) if warm else None
             if key.device not in tr.model.encoder.device_types:  # pinned to a type the model has not seen
                 devices = tuple(sorted(set(tr.model.encoder.device_types) | {key.device}))
                 tr.model = OperatorModel(device_types=devices, window_samples=self.settings.history,
@@ -168,6 +173,7 @@ class Observer:
                 tr.fitted_at_s = None
             tr.key, tr.window = key, None
         self._cold_start(tr, op, t)
+        self._old_actors_at_work(tr, op, t)
         settled = self._settled(tr, op, key, t)
         if settled and (op.heap_rss_per_replica_bytes or op.heap_live_per_replica_bytes):
             notes += self._heap_sample(tr, op, key)
@@ -179,7 +185,7 @@ class Observer:
             return notes
         notes += self._check_stall(tr, op, key, t)
         busy_s = busy_of(op)
-        cur = Counters(t, op.rows_out_total, busy_s, op.rows_in_total, op.bytes_in_total)
+        cur = _counters(op, t)
         if tr.window is None or (op.actors_pending > 0 and busy_s is None):
             tr.window = cur  # without busy time, starting actors would read as a low rate
             return notes
@@ -225,6 +231,30 @@ class Observer:
             if shift >= self.settings.min_change:
                 notes.append(self.new_regime(tr, ev))
         return notes
+
+    def _old_actors_at_work(self, tr: OperatorTrack, op: OperatorSnapshot, t: float) -> None:
+        """Measure the configuration a rolling update left by its old actors' work until the first
+        new actor is up. Where that configuration's rate rested on its first tasks alone (fewer than
+        ``min_rate_windows`` windows), this warm reading replaces it: on the batch-size scenario
+        batch 8's only task before the first plan took 1.85 s for 8 rows where its batches take
+        0.84 s, so batch 32 looked no slower per batch than 8, and the batch-size search swapped
+        the whole pool to batch 64 and back (20 s) where a line through warm readings puts 64 on
+        the replicas its memory allows below 32 on all of them."""
+        span = tr.left
+        if span is None:
+            return
+        busy_s = busy_of(op)
+        if op.old_actors > 0 and op.actors_running <= op.old_actors and busy_s is not None and not op.completed:
+            tr.left = span._replace(end=_counters(op, t))
+            return
+        tr.left = None
+        end = span.end
+        if end is None or len(tr.measured(span.key)) >= self.settings.min_rate_windows:
+            return
+        busy, rows = end.busy_s - span.start.busy_s, end.rows_out - span.start.rows_out
+        if busy >= self.settings.min_busy_s and rows > 0:
+            tr.rates = [r for r in tr.rates if r.key != span.key] + [RateSample(end.time_s, span.key, rows / busy)]
+            tr.measured_from_s[span.key] = end.time_s  # its own snapshots (its first tasks) are superseded
 
     @staticmethod
     def _settled(tr: OperatorTrack, op: OperatorSnapshot, key: ConfigKey, t: float) -> bool:
@@ -489,6 +519,10 @@ def _keep_busy_rate(tr: OperatorTrack, key: ConfigKey, t: float, min_busy_s: flo
         rate = busy_rate(tr, key, min_busy_s)
         if rate is not None:
             tr.rates.append(RateSample(t, key, rate))
+
+
+def _counters(op: OperatorSnapshot, t: float) -> Counters:
+    return Counters(t, op.rows_out_total, busy_of(op), op.rows_in_total, op.bytes_in_total)
 
 
 def busy_rate(tr: OperatorTrack, key: ConfigKey, min_busy_s: float) -> float | None:

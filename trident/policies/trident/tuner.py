@@ -46,8 +46,8 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
                     rates: dict[str, Estimate], tracks: dict[str, OperatorTrack], settings: TridentSettings,
                     seed: int, *, free: bool = False) -> Trial | str | None:
     """The bottleneck's next batch size to try (or the best one found, once the search is over);
-    why it settles on the current batch size when no further trial pays or trials are spent; or
-    ``None``: no limit, too little work left, no measured bottleneck to tune, or settled.
+    why it settles on the current batch size when no further trial pays or trials are spent, or
+    why it waits (a settled pool's batch measured while actors started); or ``None``: no limit, too little work left, no measured bottleneck to tune, or settled.
 
     ``free``: the trial's actors start anyway (a scale-up, or a pool still starting), so the
     replica's memory at rest may certify it. A trial of a settled pool costs a rolling update and,
@@ -75,6 +75,8 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
 
     tr = tracks[o.name]
     b, dev = o.config.batch_size, device_type_of(o.config)
+    if not free and _warming(tr, key_of(o.config), rates[o.name].source, snap.time_s, settings):
+        return f"{o.name}'s batch-size search waits: batch {b}'s rate was measured while actors started"
     others = sum(estimates.heap(tracks[x.name], key_of(x.config), settings) * (x.config.replicas or 0)
                  for x in ops if x.name != o.name and x.name in tracks)
     if others >= limit or not tr.heap:
@@ -143,6 +145,17 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
     reason = (f"tune {o.name} batch_size {b} -> {bb} on {c} replica(s) ({what}): {sug.reason}"
               + ("; no room for new replicas beside the old ones: swapped half the pool at a time" if swap else ""))
     return Trial(OperatorTarget(name=o.name, batch_size=bb, replicas=c), n, swap, reason, replica_bytes=each)
+
+
+def _warming(tr: OperatorTrack, key: ConfigKey, source: str, now_s: float, settings: TridentSettings) -> bool:
+    """Whether the rate of ``key`` (from ``source``) is not yet a warm reading: most of its windows
+    were measured while actors started, or (a busy-time rate, since the regime began) an actor
+    started within the last rate window. Batches are compared by warm readings: a start's CPU and
+    first tasks slow the batch run now (on the batch-size scenario batch 32 read 5.7-9.5 rows/s
+    per replica while its eighth actor started, 20 once warm, and batch 8's 9.0 looked better)."""
+    if source == "busy time":
+        return tr.starting_s is not None and now_s - tr.starting_s < settings.rate_window_s
+    return estimates.at_start(tr, key, source)
 
 
 def _not_paying(sug, obs, best, left_s: float, cost_s: float, free_bytes: float = math.inf, *,
