@@ -47,7 +47,8 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
                     seed: int, *, free: bool = False) -> Trial | str | None:
     """The bottleneck's next batch size to try (or the best one found, once the search is over);
     why it settles on the current batch size when no further trial pays or trials are spent, or
-    why it waits (a settled pool's batch measured while actors started); or ``None``: no limit, too little work left, no measured bottleneck to tune, or settled.
+    why it waits (a settled pool's batch measured while actors started); or ``None``: no limit,
+    too little work left, no measured bottleneck to tune, or settled.
 
     ``free``: the trial's actors start anyway (a scale-up, or a pool still starting), so the
     replica's memory at rest may certify it. A trial of a settled pool costs a rolling update and,
