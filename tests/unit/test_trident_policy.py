@@ -1096,8 +1096,8 @@ def test_a_configuration_left_after_its_first_task_is_measured_by_its_old_actors
         op = OperatorSnapshot(name="embed", index=1, rows_out_total=8 * tasks, rows_in_total=8 * tasks + 8,
                               rows_in_done_total=8 * tasks, tasks_finished=tasks, busy_s=busy, tasks_running=1,
                               actors_running=running, old_actors=old, actors_pending=pending, input_queue_blocks=50,
-                              config=OperatorConfig(kind="actor", replicas=running + pending - old if old else running + pending,
-                                                    min_replicas=1, max_replicas=8, num_gpus=0.5, batch_size=batch))
+                              config=OperatorConfig(kind="actor", replicas=1 if batch == 8 else 7, min_replicas=1,
+                                                    max_replicas=8, num_gpus=0.5, batch_size=batch))
         starting = observer.starting((op,))
         observer.observe(op, float(k), starting=starting)
         ops.append(op)
@@ -1113,22 +1113,23 @@ def test_a_settled_pools_batch_size_trial_waits_while_its_rate_was_measured_as_a
     as actors started (their CPU and first tasks slow the pool: batch 32 read 5.7-9.5 rows/s per
     replica while its eighth actor started, 20 once warm), a trial that costs a rolling update
     waits, and says so; with the same state warm it goes out."""
-    def run(*, started: bool):
+    def run(started_at: int | None = None):
+        """Steps until the first trial, or until ``started_at``, where the windows so far are
+        marked as measured while an actor started a second before."""
         policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5000 * 2**20, seed=0))
         for k in range(30):
-            if started and k == tune_at:
+            if k == started_at:
                 tr = policy.tracks["embed"]
                 tr.rates = [r._replace(starting=True) for r in tr.rates]
                 tr.starting_s = float(k - 1)
             d = policy.step(_starting_pool(k, running=8, pending=0), float(k))
-            if d.kind == "tune" or (started and k == tune_at):
+            if d.kind == "tune" or k == started_at:
                 return k, d
         pytest.fail("no batch-size trial")
 
-    tune_at = 10**6
-    tune_at, warm = run(started=False)
+    tune_at, warm = run()
     assert warm.kind == "tune", warm.reason
-    k, waited = run(started=True)
+    k, waited = run(started_at=tune_at)
     assert k == tune_at and waited.kind != "tune", waited.reason
     assert any("batch-size search waits: batch 8's rate was measured while actors started" in n
                for n in waited.notes), waited.notes
