@@ -1,4 +1,4 @@
-"""The cluster as the shim reports it: GPUs from the typed nodes where Ray Data's reservation is
+"""The cluster as the shim reports it: GPUs from the live nodes where Ray Data's reservation is
 smaller, never above the user's limit or the run's GPU budget; a task operator's slot time."""
 from types import SimpleNamespace
 
@@ -7,13 +7,17 @@ from ray.data._internal.execution.interfaces import ExecutionOptions, ExecutionR
 import trident.ray_data.metrics as metrics
 
 
-def _watch(monkeypatch, *, reserved_gpus: float, limit_gpus: float | None = None):
+TYPED = metrics.NodeCensus(4.0, (("A", 2.0), ("B", 2.0)), (("A", 6.0), ("B", 6.0)), {})
+UNTYPED = metrics.NodeCensus(4.0, (), (), {})
+
+
+def _watch(monkeypatch, *, reserved_gpus: float, limit_gpus: float | None = None, nodes=TYPED):
     options = ExecutionOptions()
     if limit_gpus is not None:
         options.resource_limits = options.resource_limits.copy(gpu=limit_gpus)
     rm = SimpleNamespace(_options=options,
                          get_global_limits=lambda: ExecutionResources(cpu=16, gpu=reserved_gpus, object_store_memory=1e9))
-    monkeypatch.setattr(metrics, "typed_nodes", lambda: ((("A", 2.0), ("B", 2.0)), (("A", 6.0), ("B", 6.0)), {}))
+    monkeypatch.setattr(metrics, "node_census", lambda: nodes)
     return metrics.ClusterWatch(rm, None)
 
 
@@ -22,9 +26,16 @@ def test_the_typed_nodes_gpus_count_where_ray_data_reserved_fewer(monkeypatch):
     assert view.gpus == 4.0 and dict(view.gpus_by_type) == {"A": 2.0, "B": 2.0}
 
 
+def test_untyped_nodes_gpus_count_where_ray_data_reserved_fewer(monkeypatch):
+    """A plain ``ray.init(num_gpus=4)``: Ray Data's coordinator reserved 3.5 of 4 GPUs for 20 s."""
+    view = _watch(monkeypatch, reserved_gpus=3.5, nodes=UNTYPED).view(0.0)
+    assert view.gpus == 4.0 and view.gpus_by_type == ()
+
+
 def test_a_gpu_budget_still_caps_the_view(monkeypatch):
     view = _watch(monkeypatch, reserved_gpus=1.0, limit_gpus=1.0).view(0.0)
     assert view.gpus == 1.0 and dict(view.gpus_by_type) == {"A": 1.0, "B": 1.0}
+    assert _watch(monkeypatch, reserved_gpus=1.0, limit_gpus=1.0, nodes=UNTYPED).view(0.0).gpus == 1.0
 
 
 def _task_metrics(*, worker, completion, backpressure=0.0, scheduling=0.0, tasks=0):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from trident.ray_data.live_memory import LiveMemory
 from trident.types import ClusterView, OperatorConfig, OperatorSnapshot, Snapshot, TypeUsage
@@ -292,46 +292,61 @@ def _rows_in_done(m: Any) -> int:
     return int(round(int(m.num_row_inputs_received) * min(1.0, int(m.bytes_task_inputs_processed) / received)))
 
 
+class NodeCensus(NamedTuple):
+    """The cluster's live nodes, as :func:`node_census` reads them."""
+
+    gpus: float
+    """GPUs over every live node."""
+    gpus_by_type: tuple[tuple[str, float], ...]
+    cpus_by_type: tuple[tuple[str, float], ...]
+    node_type: dict[str, str]
+    """Node id -> accelerator type, for the nodes that name one."""
+
+
 class ClusterWatch:
     """The cluster as one execution sees it: the executor's global limits, read at every
-    snapshot (they are zero until the executor's first resource update), plus GPUs per
-    accelerator type and each node's type from the cluster's nodes, re-read every
+    snapshot (they are zero until the executor's first resource update), plus the live nodes'
+    GPUs, per accelerator type and in all, and each node's type, re-read every
     ``nodes_every_s`` seconds."""
 
     def __init__(self, resource_manager: Any, memory_limit_bytes: int | None, *, nodes_every_s: float = 30.0) -> None:
         self.resource_manager = resource_manager
         self.memory_limit_bytes = memory_limit_bytes
         self.nodes_every_s = nodes_every_s
-        self._typed: tuple[tuple[str, float], ...] = ()
-        self._typed_cpus: tuple[tuple[str, float], ...] = ()
-        self.node_type: dict[str, str] = {}
+        self._nodes = NodeCensus(0.0, (), (), {})
+        self._nodes_at_s: float | None = None
+
+    @property
+    def node_type(self) -> dict[str, str]:
         """Node id -> accelerator type, for the nodes that name one."""
-        self._typed_at_s: float | None = None
+        return self._nodes.node_type
 
     def view(self, time_s: float) -> ClusterView:
-        if self._typed_at_s is None or time_s - self._typed_at_s >= self.nodes_every_s:
-            (self._typed, self._typed_cpus, self.node_type), self._typed_at_s = typed_nodes(), time_s
+        if self._nodes_at_s is None or time_s - self._nodes_at_s >= self.nodes_every_s:
+            self._nodes, self._nodes_at_s = node_census(), time_s
         limits = self.resource_manager.get_global_limits()
         store = limits.object_store_memory
         gpus = float(limits.gpu)
         options = getattr(self.resource_manager, "_options", None)
-        if options is not None and self._typed:
-            # Ray Data's limit is what its autoscaling coordinator reserved for the dataset (on
-            # the scenario suite 3.5 of 4 GPUs for a minute and more); trident scales pools
-            # itself, so the typed nodes' GPUs count, under the user's limit or the run's budget
-            physical = sum(g for _, g in self._typed) - float(options.exclude_resources.gpu)
+        if options is not None and self._nodes.gpus > 0:
+            # Ray Data's limit is what its autoscaling coordinator reserved for the dataset (3.5 of
+            # 4 GPUs for a minute and more, on typed and untyped nodes alike); trident scales pools
+            # itself, so the live nodes' GPUs count, under the user's limit or the run's budget
+            physical = self._nodes.gpus - float(options.exclude_resources.gpu)
             gpus = max(gpus, min(physical, float(options.resource_limits.gpu)))
-        typed = tuple((t, min(g, gpus)) for t, g in self._typed)  # a GPU budget caps every type
+        typed = tuple((t, min(g, gpus)) for t, g in self._nodes.gpus_by_type)  # a GPU budget caps every type
         return ClusterView(cpus=float(limits.cpu), gpus=gpus, gpus_by_type=typed,
-                           cpus_by_type=self._typed_cpus,
+                           cpus_by_type=self._nodes.cpus_by_type,
                            object_store_bytes=int(store) if store != float("inf") else None,
                            memory_limit_bytes=self.memory_limit_bytes)
 
 
-def typed_nodes() -> tuple[tuple[tuple[str, float], ...], tuple[tuple[str, float], ...], dict[str, str]]:
-    """GPUs and CPUs per accelerator type over the cluster's live nodes, and each such node's type."""
+def node_census() -> NodeCensus:
+    """GPUs over the cluster's live nodes, in all and per accelerator type, CPUs per type, and
+    each typed node's type."""
     import ray
 
+    total = 0.0
     gpus: dict[str, float] = {}
     cpus: dict[str, float] = {}
     node_type: dict[str, str] = {}
@@ -339,10 +354,11 @@ def typed_nodes() -> tuple[tuple[tuple[str, float], ...], tuple[tuple[str, float
         if not node.get("Alive"):
             continue
         res = node.get("Resources", {})
+        total += float(res.get("GPU", 0.0))
         for key in res:
             if key.startswith(ACCELERATOR_PREFIX):
                 name = key[len(ACCELERATOR_PREFIX):]
                 gpus[name] = gpus.get(name, 0.0) + float(res.get("GPU", 0.0))
                 cpus[name] = cpus.get(name, 0.0) + float(res.get("CPU", 0.0))
                 node_type[node["NodeID"]] = name
-    return tuple(sorted(gpus.items())), tuple(sorted(cpus.items())), node_type
+    return NodeCensus(total, tuple(sorted(gpus.items())), tuple(sorted(cpus.items())), node_type)
