@@ -1395,7 +1395,7 @@ def test_a_solve_that_finds_no_plan_is_tried_again_at_the_next_step_with_a_longe
     assert any(d.kind in ("plan", "keep", "tune") and "time limit" not in d.reason for k, d, _, _ in steps if k > k3)
 
 
-def _rate_notes(rates_at, *, steps: int, settings: TridentSettings | None = None):
+def _rate_notes(rates_at, *, steps: int, settings: TridentSettings | None = None, rows_per_task: int = 16):
     """Two busy ocr replicas whose rows/s per replica at second k is ``rates_at(k)``: the
     (time, note) of each regime change the observer noted."""
     import numpy as np
@@ -1409,7 +1409,7 @@ def _rate_notes(rates_at, *, steps: int, settings: TridentSettings | None = None
         out += 2 * rates_at(k)
         snap = _ocr_at(_ray_like(t, ocr_replicas=2, ocr_out=0, embed_out=0, total=100_000),
                        rows_out_total=int(out), rows_in_done_total=int(out), rows_in_total=int(out) + 64,
-                       tasks_finished=int(out) // 16, busy_s=2.0 * k, input_queue_blocks=1_000)
+                       tasks_finished=int(out) // rows_per_task, busy_s=2.0 * k, input_queue_blocks=1_000)
         notes += [(t, n) for n in observer.observe(snap.operator("ocr"), t) if n.startswith("change:")]
     return notes
 
@@ -1430,6 +1430,19 @@ def test_a_4x_shift_is_acted_on_within_two_rate_windows_and_a_transient_is_not()
     noisy = [40.0, 24.0, 64.0, 40.0, 26.0, 60.0, 40.0, 28.0]
     late = _rate_notes(lambda k: 12.0 if k >= 60 else noisy[(k // 5) % len(noisy)], steps=90)
     assert late and "over 2 windows" in late[0][1] and late[0][0] - 60 <= 2 * s.rate_window_s, late
+
+
+def test_a_sudden_shift_closes_the_open_rate_window_once_it_holds_enough_tasks():
+    """The first-try benchmark's step: rows 4x costlier 1 s before a window's end. That window is
+    off by less than ``shift_ratio``; the next, wholly after the step, ends the regime alone as
+    soon as it is ``shift_confirm_s`` long with ``sudden_tasks`` finished tasks, not after a whole
+    rate window. With too few tasks in it so far, it runs its length."""
+    s = TridentSettings()
+    step = lambda k: 40.0 if k < 44 else 10.0  # noqa: E731  (windows end at 40, 45, 50, ...)
+    early = _rate_notes(step, steps=70, rows_per_task=4)
+    assert early and "over 1 window" in early[0][1] and early[0][0] <= 45 + s.shift_confirm_s, early
+    full = _rate_notes(step, steps=70, rows_per_task=4, settings=TridentSettings(sudden_tasks=100))
+    assert full and full[0][0] >= 45 + s.rate_window_s, full
 
 
 def test_a_plan_whose_rollout_does_not_pay_leaves_the_batch_size_search_free_to_move(monkeypatch):

@@ -41,6 +41,8 @@ class Counters(NamedTuple):
     busy_s: float | None
     rows_in: int
     bytes_in: int
+    tasks: int = 0
+    """Finished tasks (rows out where tasks are not counted)."""
 
 
 class OldActorsSpan(NamedTuple):

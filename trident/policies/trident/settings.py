@@ -112,6 +112,10 @@ class TridentSettings:
     """Factor off the median of at least ``min_rate_windows`` steady windows (and three times
     further off, in log terms, than any of them) at which one window ends the regime alone (it
     must be ``shift_ratio`` off as well)."""
+    sudden_tasks: int = 4
+    """Finished tasks a rate window needs, with ``shift_confirm_s`` seconds, to close early when its
+    rate so far is already ``shift_ratio_alone`` off (a sudden shift is acted on without waiting
+    for the rest of ``rate_window_s``)."""
 
     def __post_init__(self) -> None:
         for name in ("plan_interval_s", "rate_window_s", "max_rate_window_s", "refit_interval_s",
@@ -139,7 +143,7 @@ class TridentSettings:
                               (self.min_dwell_s, self.dwell_cold_starts, self.hysteresis, self.memory_margin),
                               "numbers >= 0")
         if (self.min_rate_windows < 1 or self.history < 20 or self.bo_trials < 0 or self.stable_heap_samples < 1
-                or self.stuck_intervals < 1):
-            raise ConfigError("min_rate_windows/history/bo_trials/stable_heap_samples/stuck_intervals",
+                or self.stuck_intervals < 1 or self.sudden_tasks < 1):
+            raise ConfigError("min_rate_windows/history/bo_trials/stable_heap_samples/stuck_intervals/sudden_tasks",
                               (self.min_rate_windows, self.history, self.bo_trials, self.stable_heap_samples,
-                               self.stuck_intervals), ">= 1, >= 20, >= 0, >= 1, >= 1")
+                               self.stuck_intervals, self.sudden_tasks), ">= 1, >= 20, >= 0, >= 1, >= 1, >= 1")
