@@ -1432,17 +1432,26 @@ def test_a_4x_shift_is_acted_on_within_two_rate_windows_and_a_transient_is_not()
     assert late and "over 2 windows" in late[0][1] and late[0][0] - 60 <= 2 * s.rate_window_s, late
 
 
-def test_a_sudden_shift_closes_the_open_rate_window_once_it_holds_enough_tasks():
-    """The first-try benchmark's step: rows 4x costlier 1 s before a window's end. That window is
-    off by less than ``shift_ratio``; the next, wholly after the step, ends the regime alone as
-    soon as it is ``shift_confirm_s`` long with ``sudden_tasks`` finished tasks, not after a whole
-    rate window. With too few tasks in it so far, it runs its length."""
+def test_a_sudden_shift_closes_the_open_rate_window_once_its_end_holds_enough_tasks():
+    """The first-try benchmark's step: rows 4x costlier. Where it falls 1 s before a window's end,
+    that window is off by less than ``shift_ratio`` and the next, wholly after the step, ends the
+    regime alone as soon as it is ``shift_confirm_s`` long with ``sudden_tasks`` finished tasks,
+    not after a whole rate window; where it falls early in a window, the window's last
+    ``shift_confirm_s`` end the regime alone, where the whole window, blurred, needed a second
+    to confirm it. With too few tasks, the windows run their length."""
     s = TridentSettings()
-    step = lambda k: 40.0 if k < 44 else 10.0  # noqa: E731  (windows end at 40, 45, 50, ...)
-    early = _rate_notes(step, steps=70, rows_per_task=4)
+    few = TridentSettings(sudden_tasks=100)
+    late = lambda k: 40.0 if k < 44 else 10.0  # noqa: E731  (windows end at 40, 45, 50, ...)
+    early = _rate_notes(late, steps=70, rows_per_task=4)
     assert early and "over 1 window" in early[0][1] and early[0][0] <= 45 + s.shift_confirm_s, early
-    full = _rate_notes(step, steps=70, rows_per_task=4, settings=TridentSettings(sudden_tasks=100))
+    full = _rate_notes(late, steps=70, rows_per_task=4, settings=few)
     assert full and full[0][0] >= 45 + s.rate_window_s, full
+
+    mid = lambda k: 40.0 if k < 42 else 10.0  # noqa: E731
+    early = _rate_notes(mid, steps=70, rows_per_task=4)
+    assert early and "over 1 window" in early[0][1] and early[0][0] <= 42 + s.shift_confirm_s, early
+    blurred = _rate_notes(mid, steps=70, rows_per_task=4, settings=few)
+    assert blurred and "over 2 windows" in blurred[0][1] and blurred[0][0] >= 45 + s.shift_confirm_s, blurred
 
 
 def test_a_plan_whose_rollout_does_not_pay_leaves_the_batch_size_search_free_to_move(monkeypatch):

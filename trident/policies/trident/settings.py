@@ -113,9 +113,9 @@ class TridentSettings:
     further off, in log terms, than any of them) at which one window ends the regime alone (it
     must be ``shift_ratio`` off as well)."""
     sudden_tasks: int = 4
-    """Finished tasks a rate window needs, with ``shift_confirm_s`` seconds, to close early when its
-    rate so far is already ``shift_ratio_alone`` off (a sudden shift is acted on without waiting
-    for the rest of ``rate_window_s``)."""
+    """Finished tasks the last ``shift_confirm_s`` seconds of a rate window need to close it early
+    when their rate is already ``shift_ratio_alone`` off (a sudden shift is acted on without
+    waiting for the rest of ``rate_window_s``, or for a second window after a blurred one)."""
 
     def __post_init__(self) -> None:
         for name in ("plan_interval_s", "rate_window_s", "max_rate_window_s", "refit_interval_s",
