@@ -379,7 +379,7 @@ class Observer:
         s, w = self.settings, tr.window
         if tr.shifting or cur.busy_s is None or cur.time_s - w.time_s < s.shift_confirm_s:
             return False
-        steady = [r.rows_per_s for r in tr.rates if r.key == key][-8:]
+        steady = tr.measured(key)
         if len(steady) < s.min_rate_windows:
             return False
         start = next((_counters(o, t) for t, o in reversed(tr.snaps)
