@@ -1395,11 +1395,14 @@ def test_a_solve_that_finds_no_plan_is_tried_again_at_the_next_step_with_a_longe
     assert any(d.kind in ("plan", "keep", "tune") and "time limit" not in d.reason for k, d, _, _ in steps if k > k3)
 
 
-def _rate_notes(rates_at, *, steps: int, settings: TridentSettings | None = None, rows_per_task: int = 16):
+def _rate_notes(rates_at, *, steps: int, settings: TridentSettings | None = None, rows_per_task: int = 16,
+                assumed: float | None = None):
     """Two busy ocr replicas whose rows/s per replica at second k is ``rates_at(k)``: the
-    (time, note) of each regime change the observer noted."""
+    (time, note) of each regime change the observer noted (``assumed``: the rate a plan made
+    at the start assumed, rows/s per replica)."""
     import numpy as np
 
+    from trident.policies.trident.records import Assumed, key_of
     from trident.policies.trident.tracking import Observer
 
     observer = Observer(settings=settings or TridentSettings(), rng=np.random.default_rng(0), seed=0)
@@ -1410,6 +1413,8 @@ def _rate_notes(rates_at, *, steps: int, settings: TridentSettings | None = None
         snap = _ocr_at(_ray_like(t, ocr_replicas=2, ocr_out=0, embed_out=0, total=100_000),
                        rows_out_total=int(out), rows_in_done_total=int(out), rows_in_total=int(out) + 64,
                        tasks_finished=int(out) // rows_per_task, busy_s=2.0 * k, input_queue_blocks=1_000)
+        if assumed is not None and k == 0:
+            observer.assumed["ocr"] = Assumed(key_of(snap.operator("ocr").config), assumed)
         notes += [(t, n) for n in observer.observe(snap.operator("ocr"), t) if n.startswith("change:")]
     return notes
 
@@ -1452,6 +1457,23 @@ def test_a_sudden_shift_closes_the_open_rate_window_once_its_end_holds_enough_ta
     assert early and "over 1 window" in early[0][1] and early[0][0] <= 42 + s.shift_confirm_s, early
     blurred = _rate_notes(mid, steps=70, rows_per_task=4, settings=few)
     assert blurred and "over 2 windows" in blurred[0][1] and blurred[0][0] >= 45 + s.shift_confirm_s, blurred
+
+
+def test_a_sudden_shift_before_the_steady_windows_is_measured_against_what_the_plan_assumed():
+    """A short run (the first try at 2,000 rows): the plan at the start assumed 40 rows/s per
+    replica, and the rows cost 4x more from second 7, before the operator has
+    ``min_rate_windows`` windows. The open window's last ``shift_confirm_s`` are already 4x off
+    what the plan assumed: the window closes there, and a short one confirms the shift, where
+    the whole window, blurred, closed 1 s later and its confirmation followed. Without a plan
+    there is nothing to measure the window against before the steady windows, and it runs its
+    length."""
+    s = TridentSettings()
+    step = lambda k: 40.0 if k < 7 else 10.0  # noqa: E731  (windows end at 5, 10, ...)
+    planned = _rate_notes(step, steps=30, rows_per_task=4, assumed=40.0)
+    assert planned and "over 2 windows" in planned[0][1], planned
+    assert planned[0][0] <= 7 + 2 * s.shift_confirm_s, planned
+    unplanned = _rate_notes(step, steps=30, rows_per_task=4)
+    assert not unplanned or unplanned[0][0] > planned[0][0], unplanned
 
 
 def test_a_plan_whose_rollout_does_not_pay_leaves_the_batch_size_search_free_to_move(monkeypatch):

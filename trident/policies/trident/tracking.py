@@ -380,7 +380,12 @@ class Observer:
         if tr.shifting or cur.busy_s is None or cur.time_s - w.time_s < s.shift_confirm_s:
             return False
         steady = tr.measured(key)
-        if len(steady) < s.min_rate_windows:
+        planned = self.assumed.get(tr.name)
+        if len(steady) >= s.min_rate_windows:
+            ref = float(np.median(steady))
+        elif planned is not None and planned.key == key:  # too few windows yet: what the plan assumed
+            ref, steady = planned.rows_per_s, []
+        else:
             return False
         start = next((_counters(o, t) for t, o in reversed(tr.snaps)
                       if w.time_s <= t <= cur.time_s - s.shift_confirm_s), None)
@@ -388,7 +393,7 @@ class Observer:
                 or cur.busy_s <= start.busy_s or cur.rows_out <= start.rows_out):
             return False
         rate = (cur.rows_out - start.rows_out) / (cur.busy_s - start.busy_s)
-        if not _far_off(rate, float(np.median(steady)), steady, s.shift_ratio_alone):
+        if not _far_off(rate, ref, steady, s.shift_ratio_alone):
             return False
         tr.window = start
         return True
