@@ -4,7 +4,7 @@ The pipeline a new user writes: a CPU task stage, then two actor pools of 0.5 GP
 (``ActorPoolStrategy(min_size=1, max_size=6)``), on ``ray.init(num_cpus=12, num_gpus=4)``
 (logical GPUs, no accelerator types), 16,000 rows written to Parquet; the bottleneck moves from
 the second pool to the first half-way through the rows (Detect costs 4 ms a row, then 16 ms;
-Embed 16 ms, then 4 ms). Policies alternate run by run on one Ray: ``stock`` (no trident at all),
+Embed 16 ms, then 4 ms; ``--shift-at`` moves the step, ``--shift-at 1`` leaves it out). Policies alternate run by run on one Ray: ``stock`` (no trident at all),
 ``ray`` (Ray Data's autoscaler, observed by trident) and ``trident`` (the default policy). Each
 run checks that every row was written exactly once. The work bound: each pool's work over its
 share of the 8 GPU slots, the best fixed split (4 + 4), no start-up, fill or drain.
@@ -39,14 +39,14 @@ PREP_S = 0.0005
 """CPU stage: seconds per row."""
 DETECT_S = (0.004, 0.016)
 EMBED_S = (0.016, 0.004)
-"""Seconds per row in the first and second half of the rows."""
+"""Seconds per row before and after the step (by default half-way through the rows)."""
 SLOTS, MAX_REPLICAS = 8, 6
 """0.5-GPU replicas that fit 4 GPUs; the user's ``max_size`` per pool."""
 POLICIES = ("stock", "ray", "trident")
 
 
-def _per_row(ids: np.ndarray, costs: tuple[float, float], half: int) -> float:
-    return float(np.sum(np.where(ids < half, costs[0], costs[1])))
+def _per_row(ids: np.ndarray, costs: tuple[float, float], step: int) -> float:
+    return float(np.sum(np.where(ids < step, costs[0], costs[1])))
 
 
 def _prep(batch):
@@ -55,15 +55,15 @@ def _prep(batch):
 
 
 class _Stage:
-    """A GPU stage stand-in: sleeps its seconds per row, by the row's half of the input."""
+    """A GPU stage stand-in: sleeps its seconds per row, by whether the row comes before the step."""
 
     costs: tuple[float, float] = (0.0, 0.0)
 
-    def __init__(self, half: int):
-        self.half = half
+    def __init__(self, step: int):
+        self.step = step
 
     def __call__(self, batch):
-        time.sleep(_per_row(batch["id"], self.costs, self.half))
+        time.sleep(_per_row(batch["id"], self.costs, self.step))
         return batch
 
 
@@ -75,26 +75,28 @@ class Embed(_Stage):
     costs = EMBED_S
 
 
-def pipeline(rows: int):
+def pipeline(rows: int, shift_at: float = 0.5):
     pool = ActorPoolStrategy(min_size=1, max_size=MAX_REPLICAS)
+    step = int(rows * shift_at)
     return (ray.data.range(rows, override_num_blocks=max(1, rows // 40)).map_batches(_prep)
-            .map_batches(Detect, fn_constructor_args=(rows // 2,), compute=pool, num_gpus=0.5, batch_size=40)
-            .map_batches(Embed, fn_constructor_args=(rows // 2,), compute=pool, num_gpus=0.5, batch_size=40))
+            .map_batches(Detect, fn_constructor_args=(step,), compute=pool, num_gpus=0.5, batch_size=40)
+            .map_batches(Embed, fn_constructor_args=(step,), compute=pool, num_gpus=0.5, batch_size=40))
 
 
-def work_bound_s(rows: int) -> float:
+def work_bound_s(rows: int, shift_at: float = 0.5) -> float:
     """The best fixed split of the GPU slots, each pool working ahead through the other's phase."""
-    work = [rows / 2 * sum(DETECT_S), rows / 2 * sum(EMBED_S)]
+    step = int(rows * shift_at)
+    work = [step * c[0] + (rows - step) * c[1] for c in (DETECT_S, EMBED_S)]
     return min(max(work[0] / n, work[1] / (SLOTS - n))
                for n in range(SLOTS - MAX_REPLICAS, MAX_REPLICAS + 1))
 
 
-def timed(policy: str, rows: int, record_path: str | None = None) -> dict:
+def timed(policy: str, rows: int, record_path: str | None = None, shift_at: float = 0.5) -> dict:
     """One run: wall seconds, every row written once (checked), and trident's summary and pool sizes
     (its run record written to ``record_path`` when given)."""
     out = tempfile.mkdtemp(prefix="first-try-")
     try:
-        ds = pipeline(rows)
+        ds = pipeline(rows, shift_at)
         t0 = time.perf_counter()
         run = None
         if policy == "stock":
@@ -134,12 +136,14 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=ROWS, help=f"input rows (default {ROWS:,})")
     parser.add_argument("--policies", nargs="+", default=["stock", "trident"], choices=POLICIES,
                         help="policies, alternating run by run; the first is the baseline (default: stock trident)")
+    parser.add_argument("--shift-at", type=float, default=0.5,
+                        help="share of the rows after which the costs swap (default 0.5; 1: never)")
     parser.add_argument("--out", default="benchmarks/results", help="results folder (default benchmarks/results)")
     parser.add_argument("--records", default=None,
                         help="folder for each trident-observed run's record, <policy>-<run>.json (default: none)")
     args = parser.parse_args()
-    if args.runs < 1 or args.rows < 400:
-        parser.error("--runs must be >= 1 and --rows >= 400")
+    if args.runs < 1 or args.rows < 400 or not 0 < args.shift_at <= 1:
+        parser.error("--runs must be >= 1, --rows >= 400 and --shift-at in (0, 1]")
     os.makedirs(args.out, exist_ok=True)
     if args.records:
         os.makedirs(args.records, exist_ok=True)
@@ -153,13 +157,13 @@ def main() -> int:
         order = args.policies if i % 2 == 0 else args.policies[::-1]
         for policy in order:
             record = os.path.join(args.records, f"{policy}-{i}.json") if args.records else None
-            runs[policy].append(timed(policy, args.rows, record))
+            runs[policy].append(timed(policy, args.rows, record, args.shift_at))
             print(f"run {i} {policy}: {runs[policy][-1]['wall_s']:.1f} s", flush=True)
     ray.shutdown()
 
     import psutil
 
-    bound = work_bound_s(args.rows)
+    bound = work_bound_s(args.rows, args.shift_at)
     base = statistics.median(r["wall_s"] for r in runs[args.policies[0]])
     rows = []
     for policy in args.policies:
@@ -179,8 +183,10 @@ def main() -> int:
         "started_at": started,
         "machine": {"cpus": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30),
                     "gpus": 0, "logical_gpus": 4},
-        "workload": {"name": "first try: task stage -> 2 pools of 0.5 GPU (1..6), bottleneck moves half-way",
-                     "seed": 0, "mode": "calibrated", "rows": args.rows, "runs": args.runs,
+        "workload": {"name": "first try: task stage -> 2 pools of 0.5 GPU (1..6), " + (
+                         "no step: the bottleneck stays" if args.shift_at == 1 else
+                         f"bottleneck moves after {args.shift_at:.0%} of the rows"),
+                     "seed": 0, "mode": "calibrated", "rows": args.rows, "runs": args.runs, "shift_at": args.shift_at,
                      "stand_in": "time.sleep stands in for model work (Detect 4 then 16 ms a row, Embed 16 "
                                  "then 4); GPUs are logical; ray.init(num_cpus=12, num_gpus=4)"},
         "baseline": args.policies[0],
