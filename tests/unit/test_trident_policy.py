@@ -67,7 +67,7 @@ def test_imbalanced_pipeline_is_rebalanced_once_then_left_alone():
     plans = _plans(res)
     assert plans and plans[0].time_s < 60
     assert all(d.time_s < 150 for d in plans), [(d.time_s, d.reason) for d in plans]
-    final = dict(res.timeline[-1].replicas)
+    final = dict(next(p for p in reversed(res.timeline) if dict(p.replicas)["ocr"]).replicas)  # before ocr finished
     assert 19 <= final["ocr"] <= 23 and final["ocr"] + final["embed"] <= 32
 
 
@@ -1616,3 +1616,35 @@ def test_an_actor_is_starting_until_the_pool_has_had_a_first_task_per_running_ac
     assert observer.starting(pool(7, 0, 13))
     assert not observer.starting(pool(7, 0, 14))  # a task per running actor since they came up
     assert not observer.starting(pool(6, 0, 15))  # one left: nothing new came up
+
+
+def _two_pools(rows: int, *, embed_max: int = 6) -> PipelineSpec:
+    """The first-try benchmark without its step, in the fluid simulator: a CPU stage, then Detect
+    (250 rows/s per replica) and Embed (62.5), 0.5 GPU each on 4 GPUs, 3 s cold starts; Detect
+    may run ahead of Embed by the whole dataset."""
+    ops = (SimOperator(name="prep", kind="task", peak_rows_per_s=(("cpu", 2000.0),), replicas=2, max_replicas=4),
+           SimOperator(name="detect", kind="actor", peak_rows_per_s=(("A", 250.0),), replicas=1, max_replicas=6,
+                       num_gpus=0.5, batch_size=40, cold_start_s=3.0),
+           SimOperator(name="embed", kind="actor", peak_rows_per_s=(("A", 62.5),), replicas=1, max_replicas=embed_max,
+                       num_gpus=0.5, batch_size=40, cold_start_s=3.0))
+    return PipelineSpec(operators=ops, nodes=(SimNodes(count=1, cpus=16, gpus=4, gpu_type="A"),), total_rows=rows,
+                        rows_per_block=40, queue_limit_rows=float(rows))
+
+
+def test_an_operator_that_finishes_leaves_its_gpus_to_the_operators_left_at_once():
+    """Detect, planned at 2 of the 8 GPU slots beside Embed's 6, runs ahead and finishes first;
+    Embed, the bottleneck with work left, may use 8. The planner looks again as soon as Detect
+    has finished, within the dwell (15 s) of the last plan, and Embed grows into its slots,
+    instead of running the rest of its work on the 6 planned beside Detect. (The simulator, as
+    Ray Data, releases a finished pool's actors.)"""
+    res = simulate(_two_pools(6_000, embed_max=8), policy="trident", seed=0)
+    assert res.finished
+    plans = _plans(res)
+    assert plans and "scale embed up 1 -> 6" in plans[0].reason, [d.reason[:120] for d in plans]
+    done = [d for d in res.decisions if any(n.startswith("detect finished") for n in d.notes)]
+    assert done, "Detect's end was not noticed"
+    after = [d for d in plans if d.time_s >= done[0].time_s]
+    assert after and after[0].time_s - done[0].time_s <= 1.0, [(d.time_s, d.reason[:100]) for d in after]
+    assert "scale embed up 6 -> 8" in after[0].reason, after[0].reason
+    assert after[0].time_s - plans[0].time_s < TridentSettings().min_dwell_s, (plans[0].time_s, after[0].time_s)
+    assert max(dict(p.replicas)["embed"] for p in res.timeline) == 8

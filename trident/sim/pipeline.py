@@ -167,6 +167,8 @@ class PipelineSim(Actuation):
                 self.ops[i + 1].queue_rows += done * spec.selectivity
             left = self.source_left if i == 0 else st.queue_rows
             st.completed = upstream_done and left <= 1e-6
+            if st.completed and spec.kind == "actor" and st.groups:  # as Ray Data and the shim release
+                st.groups, st.config_replicas = [], 0  # a finished pool's actors ("consumed all inputs")
         self.time_s += dt
 
     # --- snapshots -------------------------------------------------------------------

@@ -68,6 +68,8 @@ class TridentPolicy:
         """Sizes the inner loop asked for that the room held back (asked again while input waits)."""
         self.looked_per_type = False
         """Whether the planner's last look planned GPU pools per accelerator type."""
+        self.finished_ops: set[str] = set()
+        """Operators seen completed (each one's end frees what it held for the operators left)."""
 
     @property
     def tracks(self):
@@ -113,12 +115,27 @@ class TridentPolicy:
             self._regimes_seen = self.observer.regime_changes
             self.ceilings.clear()  # the data changed: what blocked a size may not block it now
             self.bounds.clear()  # and until the planner has looked again, Ray's rule holds
+        notes += self._finished(snap)
         due = [tr for tr in self.tracks.values() if self.observer.fit_due(tr, snap.time_s)]
         if due:
             with single_threaded():
                 for tr in due:
                     notes += self.observer.fit(tr, snap.time_s)
         return notes
+
+    def _finished(self, snap: Snapshot) -> list[str]:
+        """An operator that completed leaves its CPUs and GPUs to the operators left: the planner
+        looks again at once, past the dwell, instead of holding them at sizes planned beside it
+        (first try without the step: Detect finished at 8.4 s and Embed, the bottleneck, ran on
+        4 of the 8 GPU slots for the last 5 s, where Ray's rule grew it to its maximum of 6)."""
+        done = {o.name for o in snap.operators if o.completed and o.config.kind in ("task", "actor")}
+        new = sorted(done - self.finished_ops)
+        self.finished_ops |= done
+        if not new or not problem.plannable(snap):
+            return []
+        self.replan_now, self.last_look_s = True, None
+        self.ceilings.clear()  # what blocked a size may have been the finished operator's
+        return [f"{', '.join(new)} finished: planning again for the operators left"]
 
     def _outer(self, snap: Snapshot, now: float, notes: list[str]) -> Decision:
         """Plan when due and not dwelling."""
