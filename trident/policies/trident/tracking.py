@@ -370,12 +370,14 @@ class Observer:
 
     def _sudden_shift(self, tr: OperatorTrack, key: ConfigKey, cur: Counters) -> bool:
         """Whether the open rate window's last ``shift_confirm_s`` seconds (or more), with
-        ``sudden_tasks`` finished tasks, already measure a shift alone (see :meth:`_level_shift`):
-        then the window is cut to them and closes at once. Busy time counts finished tasks only,
-        so a part of a window is as exact as a whole one for the tasks it holds, and its end shows
-        a step that the whole window would blur (first-try benchmark: Detect's rows cost 4x more
-        from 33.7 s; the window then open closed at 37.9 s 2.9x off, and a second confirmed it
-        at 40.0 s)."""
+        ``sudden_tasks`` finished tasks, already measure a shift alone (see :meth:`_level_shift`)
+        off the steady windows or, before there are ``min_rate_windows`` of them, off what the
+        last plan assumed (a short run's step then closes the window 2 s after it, and a short
+        window confirms it): then the window is cut to them and closes at once. Busy time counts
+        finished tasks only, so a part of a window is as exact as a whole one for the tasks it
+        holds, and its end shows a step that the whole window would blur (first-try benchmark:
+        Detect's rows cost 4x more from 33.7 s; the window then open closed at 37.9 s 2.9x off,
+        and a second confirmed it at 40.0 s)."""
         s, w = self.settings, tr.window
         if tr.shifting or cur.busy_s is None or cur.time_s - w.time_s < s.shift_confirm_s:
             return False
