@@ -4,7 +4,8 @@ The pipeline a new user writes: a CPU task stage, then two actor pools of 0.5 GP
 (``ActorPoolStrategy(min_size=1, max_size=6)``), on ``ray.init(num_cpus=12, num_gpus=4)``
 (logical GPUs, no accelerator types), 16,000 rows written to Parquet; the bottleneck moves from
 the second pool to the first half-way through the rows (Detect costs 4 ms a row, then 16 ms;
-Embed 16 ms, then 4 ms; ``--shift-at`` moves the step, ``--shift-at 1`` leaves it out). Policies alternate run by run on one Ray: ``stock`` (no trident at all),
+Embed 16 ms, then 4 ms; ``--shift-at`` moves the step, ``--shift-at 1`` leaves it out).
+Policies alternate run by run on one Ray: ``stock`` (no trident at all),
 ``ray`` (Ray Data's autoscaler, observed by trident) and ``trident`` (the default policy). Each
 run checks that every row was written exactly once. The work bound: each pool's work over its
 share of the 8 GPU slots, the best fixed split (4 + 4), no start-up, fill or drain.

@@ -1464,7 +1464,7 @@ def test_a_sudden_shift_before_the_steady_windows_is_measured_against_what_the_p
     replica, and the rows cost 4x more from second 7, before the operator has
     ``min_rate_windows`` windows. The open window's last ``shift_confirm_s`` are already 4x off
     what the plan assumed: the window closes there, and a short one confirms the shift, where
-    the whole window, blurred, closed 1 s later and its confirmation followed. Without a plan
+    the whole window, blurred, ran to its end before the short one followed. Without a plan
     there is nothing to measure the window against before the steady windows, and it runs its
     length."""
     s = TridentSettings()
