@@ -218,7 +218,7 @@ def _config_dict(config: AutoscaleConfig) -> dict[str, Any]:
 
 def autoscale(*, policy: Any = "trident", memory_limit: object = None, interval_s: float = 1.0,
               dry_run: bool = False, log_dir: str | None = None, seed: int = 0,
-              controller_timeout_s: float = 60.0) -> Run:
+              controller_timeout_s: float = 60.0, start_slots: int | None = None) -> Run:
     """Control every Ray Data execution run inside the returned context manager.
 
     ``policy``: a registered policy name (``"trident"``, ``"ds2"``, ``"static"``, ``"ray"``), or a
@@ -227,8 +227,10 @@ def autoscale(*, policy: Any = "trident", memory_limit: object = None, interval_
     ``interval_s``: seconds between snapshots (>= 0.05). ``dry_run``: decide and record, change nothing.
     ``log_dir``: write ``trident-run.{json,txt,png}`` there when the block ends (created and
     checked for writing now; a failure to write at the end is a warning, never an exception).
-    ``seed``: the policy's RNG seed. Raises :class:`~trident.errors.ConfigError` on bad input.
+    ``seed``: the policy's RNG seed. ``start_slots``: actors started side by side at most (default:
+    the cores of the cluster's hosts; actors starting together share them).
+    Raises :class:`~trident.errors.ConfigError` on bad input.
     """
     return Run(AutoscaleConfig.from_user(policy=policy, memory_limit=memory_limit, interval_s=interval_s,
                                          dry_run=dry_run, log_dir=log_dir, seed=seed,
-                                         controller_timeout_s=controller_timeout_s))
+                                         controller_timeout_s=controller_timeout_s, start_slots=start_slots))

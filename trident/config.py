@@ -32,6 +32,8 @@ class AutoscaleConfig:
     ``interval_s`` is the observation period in seconds (at least :data:`MIN_INTERVAL_S`); a
     controller that has not answered a snapshot within ``controller_timeout_s`` is treated as dead.
     ``log_dir`` must be a non-empty path; :meth:`from_user` also creates it and checks it is writable.
+    ``start_slots``: actors started side by side at most, over all pools (``None``: the cores of
+    the cluster's hosts, :mod:`trident.ray_data.starts`).
     """
 
     policy: Any = "trident"
@@ -41,6 +43,7 @@ class AutoscaleConfig:
     log_dir: str | None = None
     seed: int = 0
     controller_timeout_s: float = 60.0
+    start_slots: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.policy, str) or not callable(self.policy):
@@ -61,6 +64,9 @@ class AutoscaleConfig:
             raise ConfigError("seed", self.seed, "an integer >= 0")
         if not _finite_number(self.controller_timeout_s) or self.controller_timeout_s <= 0:
             raise ConfigError("controller_timeout_s", self.controller_timeout_s, "a positive, finite number of seconds")
+        if self.start_slots is not None and (isinstance(self.start_slots, bool) or not isinstance(self.start_slots, int)
+                                             or self.start_slots < 1):
+            raise ConfigError("start_slots", self.start_slots, "None or an integer >= 1")
 
     @property
     def policy_name(self) -> str:

@@ -95,6 +95,8 @@ class PoolTargetPolicy:
 
     name = "test-pool-target"
 
+    replicas = 3
+
     def __init__(self, *, context=None):
         self.sent = False
 
@@ -103,8 +105,8 @@ class PoolTargetPolicy:
         if self.sent or op.rows_out_total == 0:
             return Decision(time_s=now, reason="hold")
         self.sent = True
-        plan = Plan(seq=1, targets=(OperatorTarget(name=op.name, replicas=3),), reason="test: 3 replicas",
-                    created_at_s=now)
+        plan = Plan(seq=1, targets=(OperatorTarget(name=op.name, replicas=self.replicas),),
+                    reason=f"test: {self.replicas} replicas", created_at_s=now)
         return Decision(time_s=now, reason=plan.reason, plan=plan)
 
 
@@ -118,12 +120,12 @@ class _SlowGpu:
         return batch
 
 
-def _slow_gpu_run(n, policy):
+def _slow_gpu_run(n, policy, **autoscale):
     """``n`` rows in blocks of 10 through a pool of 1-4 ``_SlowGpu`` actors under ``policy``;
     checks every row came out once and returns the rows and the execution's record."""
     ds = (ray.data.range(n, override_num_blocks=n // 10)
           .map_batches(_SlowGpu, compute=ActorPoolStrategy(min_size=1, max_size=4), num_gpus=0.5, batch_size=10))
-    with trident.autoscale(policy=policy, interval_s=0.25) as run:
+    with trident.autoscale(policy=policy, interval_s=0.25, **autoscale) as run:
         rows = ds.take_all()
     assert_each_id_once(rows, n)
     (execution,) = run.executions
@@ -141,6 +143,19 @@ def test_pool_reaches_policy_target_within_bounded_time():
     sizes = [s.operator(target.operator).actors_running for s in execution.snapshots]
     assert max(sizes) == 3, sizes  # the real pool got there and never past the target
     assert len({r["pid"] for r in rows}) == 3  # three distinct actor processes did the work
+
+
+class FourReplicas(PoolTargetPolicy):
+    replicas = 4
+
+
+def test_actors_beyond_the_start_slots_wait_and_start_as_the_first_come_up():
+    rows, execution = _slow_gpu_run(600, FourReplicas, start_slots=1)
+    waits = [a for a in execution.actions if a.kind == "start_wait"]
+    assert waits and waits[0].value == 2, [a.detail for a in execution.actions]  # 3 to start, 1 at a time
+    reached = [a for a in execution.actions if a.kind == "target_reached"]
+    assert reached and reached[0].time_s > waits[0].time_s, [a.detail for a in execution.actions]
+    assert len({r["pid"] for r in rows}) == 4  # every actor the target asked for came up and worked
 
 
 def test_a_pool_is_read_at_rest_and_while_its_first_tasks_run():

@@ -276,3 +276,57 @@ def test_a_swap_to_a_type_the_pool_already_holds_enough_of_drains_the_others_at_
     for _ in range(10):
         sim._advance(0.5)
     assert [(g.gpu_type, g.count, g.retiring, g.kept) for g in st.groups] == [("B", 2, False, False)]
+
+
+def _slots_shim(running: int, target: int, slots: int) -> list[tuple[int, int, int]]:
+    """(serving, starting, waiting) on the shim's pool driver with a start gate of ``slots``:
+    right after the target, then once the actors started first are up."""
+    from trident.ray_data.starts import StartGate
+
+    pool = FakePool({f"a{i}": 1 for i in range(running)})
+
+    def scale(req, _orig=pool.scale):
+        if req.delta > 0:
+            pool.pending += req.delta
+            return req.delta
+        return _orig(req)
+
+    pool.scale = scale
+    seen = []
+    for step in range(2):
+        if step:  # the started actors come up
+            for i in range(pool.pending):
+                pool._running_actors[f"new{step}{i}"] = type(next(iter(pool._running_actors.values())))(0)
+            pool.pending = 0
+        gate = StartGate(slots - pool.pending)
+        drive_to(pool, target=target, budget=None, reason="contract", starts=lambda n: gate.grant("m", n))
+        seen.append((len(pool._running_actors), pool.pending, gate.held.get("m", 0)))
+    return seen
+
+
+def _slots_sim(running: int, target: int, slots: int) -> list[tuple[int, int, int]]:
+    model = SimOperator(name="model", kind="actor", peak_rows_per_s=(("A", 10.0),), replicas=running,
+                        max_replicas=8, num_gpus=1, accelerator_type="A", batch_size=10, cold_start_s=1.0)
+    src = SimOperator(name="read", kind="task", peak_rows_per_s=(("cpu", 1e4),), replicas=1)
+    spec = PipelineSpec(operators=(src, model), nodes=(SimNodes(count=1, cpus=64, gpus=8, gpu_type="A"),),
+                        total_rows=100_000, noise=0.0, spike_prob=0.0, start_slots=slots)
+    sim = PipelineSim(spec, policy="ray")
+    st = sim.ops[1]
+    for _ in range(3):  # the first replicas come up
+        sim._advance(0.5)
+
+    def observe():
+        warm = sum(g.count for g in st.groups if sim._is_warm(g))
+        waiting = sum(g.count for g in st.groups if g.ready_at_s is None)
+        return warm, sum(g.count for g in st.groups) - warm - waiting, waiting
+
+    sim._apply(OperatorTarget(name="model", replicas=target))
+    seen = [observe()]
+    for _ in range(3):  # one cold start: the replicas started first are up
+        sim._advance(0.5)
+    return seen + [observe()]
+
+
+@pytest.mark.parametrize("actuate", [_slots_shim, _slots_sim], ids=["shim", "sim"])
+def test_at_most_the_start_slots_start_at_once_and_the_rest_follow(actuate):
+    assert actuate(running=2, target=5, slots=2) == [(2, 2, 1), (4, 1, 0)]

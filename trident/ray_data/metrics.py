@@ -137,8 +137,10 @@ class SnapshotBuilder:
     """Builds snapshots of one execution; keeps the previous counters to compute rates."""
 
     def __init__(self, *, executor: Any, execution_id: str, kinds: dict[Any, str], names: OperatorNames,
-                 cap_of: Any, cluster: ClusterWatch) -> None:
+                 cap_of: Any, cluster: ClusterWatch, held_of: Callable[[Any], int] = lambda op: 0) -> None:
+        """``held_of(op)``: actors the pool would start and waits to (counted as pending)."""
         self.executor = executor
+        self.held_of = held_of
         self.execution_id = execution_id
         self.kinds = kinds
         self.names = names
@@ -175,9 +177,9 @@ class SnapshotBuilder:
                       num_gpus=float(args.get("num_gpus") or 0.0), accelerator_type=accelerator_of(args))
         if kind == "actor":
             pool = op.get_autoscaling_actor_pools()[0]
-            return OperatorConfig(kind="actor", replicas=pool.current_size(), min_replicas=pool.min_size(),
-                                  max_replicas=pool.max_size(), max_concurrency=int(pool.max_actor_concurrency()),
-                                  **common)
+            return OperatorConfig(kind="actor", replicas=pool.current_size() + self.held_of(op),
+                                  min_replicas=pool.min_size(), max_replicas=pool.max_size(),
+                                  max_concurrency=int(pool.max_actor_concurrency()), **common)
         if kind == "task":
             return OperatorConfig(kind="task", replicas=self.cap_of(op), min_replicas=1, **common)
         return OperatorConfig(kind="other", replicas=None, min_replicas=0)
@@ -195,8 +197,8 @@ class SnapshotBuilder:
         live = rest = None
         if kind == "actor":
             info = op.get_actor_info()
-            actors = dict(actors_running=info.running, actors_pending=info.pending, actors_idle=info.idle,
-                          tasks_in_flight=info.tasks_in_flight)
+            actors = dict(actors_running=info.running, actors_pending=info.pending + self.held_of(op),
+                          actors_idle=info.idle, tasks_in_flight=info.tasks_in_flight)
             pool = op.get_autoscaling_actor_pools()[0]  # wrapped by busy_time_tracker at start
             by_type = usage_by_type(pool, self.cluster.node_type)
             old = getattr(pool, "trident_old", set())

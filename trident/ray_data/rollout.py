@@ -26,6 +26,9 @@ from trident.plan.rollout import PENDING_GUARD_S, swap_window
 from trident.ray_data.metrics import ACCELERATOR_PREFIX
 from trident.types import OperatorTarget
 
+Starts = Callable[[int], int]
+"""Of the actors a pool would start now, how many it may (the rest wait for a later step)."""
+
 
 def with_retiring(pool: Any) -> Any:
     """Give ``pool`` a ``trident_retiring`` set whose actors never get new tasks."""
@@ -55,12 +58,15 @@ def max_scale_up(pool: Any, budget: Any) -> int:
     return _get_max_scale_up(pool, budget) if budget is not None else sys.maxsize
 
 
-def resize(pool: Any, *, size: int, target: int, budget: Any, reason: str) -> int:
+def resize(pool: Any, *, size: int, target: int, budget: Any, reason: str, starts: Starts | None = None) -> int:
     """Move ``pool`` from ``size`` toward ``target`` by one request. Scale-up stays within
-    ``budget``; scale-down releases only pending or idle actors (forced past Ray's debounce).
+    ``budget`` and starts what ``starts`` grants of it (:class:`~trident.ray_data.starts.StartGate`;
+    ``None``: all); scale-down releases only pending or idle actors (forced past Ray's debounce).
     Returns the change requested (0 when at target or blocked)."""
     if size < target:
         delta = min(target - size, max_scale_up(pool, budget))
+        if delta > 0 and starts is not None:
+            delta = starts(delta)
         if delta > 0:
             pool.scale(ActorPoolScalingRequest.upscale(delta=delta, reason=reason))
         return max(delta, 0)
@@ -78,15 +84,16 @@ def _retiring(pool: Any) -> set:
     return retiring
 
 
-def drive_to(pool: Any, *, target: int, budget: Any, reason: str) -> tuple[int, int]:
+def drive_to(pool: Any, *, target: int, budget: Any, reason: str, starts: Starts | None = None) -> tuple[int, int]:
     """One step of ``pool`` toward ``target`` actors that get work. A rising target first puts
     drained actors back to work; then Ray's own scaling (scale-up within ``budget``; scale-down
-    of pending, then idle actors); then busy surplus actors are drained (:func:`drain_to`).
-    Drained actors do not count as the pool's size. Returns (actors drained, actors released)."""
+    of pending, then idle actors; new actors as ``starts`` grants them); then busy surplus actors
+    are drained (:func:`drain_to`). Drained actors do not count as the pool's size. Returns
+    (actors drained, actors released)."""
     retiring = _retiring(pool)  # the pool's own set: un-retiring below updates it in place
     if retiring and pool.current_size() - len(retiring) < target:
         drain_to(pool, target)
-    resize(pool, size=pool.current_size() - len(retiring), target=target, budget=budget, reason=reason)
+    resize(pool, size=pool.current_size() - len(retiring), target=target, budget=budget, reason=reason, starts=starts)
     if retiring or pool.current_size() > target:
         return drain_to(pool, target)
     return 0, 0
@@ -206,8 +213,9 @@ class Rollout:
         """Pending plus running actors with the new configuration."""
         return self.pool.current_size() - len(self.old)
 
-    def step(self, now_s: float) -> list[str]:
-        """Advance by what is possible now; returns what happened (for the run record).
+    def step(self, now_s: float, starts: Starts | None = None) -> list[str]:
+        """Advance by what is possible now, starting the new actors ``starts`` grants; returns
+        what happened (for the run record).
 
         New actors are started up to the target at once, past Ray Data's per-operator budget
         (the surge is temporary: each new actor that is up retires an old one). Old actors on
@@ -224,10 +232,10 @@ class Rollout:
         self.old &= set(pool._running_actors)  # old actors that died or were released elsewhere
         self.kept &= set(pool._running_actors)
         if self.target.swap:
-            return self._swap_step(notes)
+            return self._swap_step(notes, starts)
         new_running = sum(1 for a in pool._running_actors if a not in self.old and a not in self.kept)
         started = resize(pool, size=self.new_size(), target=self.size, budget=None,
-                         reason="trident rolling update: new actors first")
+                         reason="trident rolling update: new actors first", starts=starts)
         if started:
             notes.append(f"started {started} new actor(s)")
             if self.surge_started_s is None:
@@ -245,7 +253,7 @@ class Rollout:
             self.target = dataclasses.replace(self.target, swap=True)  # no room beside the old ones
             self.swap_cap = min(self.size, len(pool._running_actors))
             notes.append(f"no new actor up {self.pending_guard_s:.0f} s after the surge began: swapping instead")
-            return self._swap_step(notes)
+            return self._swap_step(notes, starts)
         to_retire = max(to_retire, making_room)
         for actor in serving[:to_retire]:
             stop_scheduling(pool, actor)
@@ -255,7 +263,7 @@ class Rollout:
         self._release_drained(notes)
         return notes
 
-    def _swap_step(self, notes: list[str]) -> list[str]:
+    def _swap_step(self, notes: list[str], starts: Starts | None = None) -> list[str]:
         """A swap: old actors leave half the pool at a time
         (:func:`~trident.plan.rollout.swap_window`; fewest tasks in flight first) and new ones
         start in the room they leave, old and new together never more than the smaller of the
@@ -267,7 +275,7 @@ class Rollout:
         self._release_drained(notes)
         most = min(self.size, self.swap_cap) if self.old else self.size
         started = resize(pool, size=self.new_size(), target=max(len(self.kept), most - len(self.old)), budget=None,
-                         reason="trident rolling update: a new actor where an old one left")
+                         reason="trident rolling update: a new actor where an old one left", starts=starts)
         if started > 0:
             notes.append(f"started {started} new actor(s)")
         draining = self.old & pool.trident_retiring

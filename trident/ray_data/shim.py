@@ -74,6 +74,10 @@ class ExecutionShim:
         self.stock_gpu_limit: float | None = None
         self.budget_clamp: dict[Any, int] = {}
         self.pending_since: dict[Any, float] = {}
+        self.start_slots = 1
+        """Actors started side by side at most (:mod:`trident.ray_data.starts`), set at install."""
+        self.held: dict[Any, int] = {}
+        """Actors each pool would start and waits to: shown as pending actors."""
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -83,6 +87,7 @@ class ExecutionShim:
     def install(self) -> None:
         from trident.ray_data.compat import capabilities
         from trident.ray_data.metrics import ClusterWatch, OperatorNames, SnapshotBuilder
+        from trident.ray_data.starts import cluster_start_slots
 
         caps = capabilities(self.executor)
         if not caps.observe:
@@ -102,7 +107,9 @@ class ExecutionShim:
             wants_control = False
         self.builder = SnapshotBuilder(
             executor=self.executor, execution_id=self.execution_id, kinds=self.kinds, names=self.names,
-            cap_of=self._cap_of, cluster=ClusterWatch(self.executor._resource_manager, self.config.memory_limit_bytes))
+            cap_of=self._cap_of, cluster=ClusterWatch(self.executor._resource_manager, self.config.memory_limit_bytes),
+            held_of=lambda op: self.held.get(op, 0))
+        self.start_slots = self.config.start_slots or cluster_start_slots()
         self.observing = True
         self.client = self.run._controller_client()
         if wants_control:
@@ -293,7 +300,10 @@ class ExecutionShim:
             if kind != "actor" or other.has_completed():
                 continue
             pool = other.get_autoscaling_actor_pools()[0]
-            n = pool.current_size() - (pool.num_pending_actors() if other is op else 0)
+            if other is op:
+                n = pool.current_size() - pool.num_pending_actors()
+            else:
+                n = pool.current_size() + self.held.get(other, 0)
             held += n * self.builder.config(other).num_gpus
         return self.builder.cluster.view(now).gpus - held >= count * gpus_per_actor - 1e-9
 
@@ -304,18 +314,21 @@ class ExecutionShim:
                 or (target.accelerator_type is not None and target.accelerator_type != current.accelerator_type))
 
     def drive_pools(self) -> None:
-        """Called instead of Ray's actor autoscaler, every scheduling step."""
+        """Called instead of Ray's actor autoscaler, every scheduling step. New actors start at
+        most :attr:`start_slots` at a time over all pools (:mod:`trident.ray_data.starts`), to
+        the pools with the smallest share of their target up or starting first."""
         from trident.ray_data.rollout import drive_to, resize
 
         clamp = self._budget_clamp()
-        for op, state in self.executor._topology.items():
-            if self.kinds.get(op) != "actor":
-                continue
+        gate = self._start_gate()
+        actors = [(op, state) for op, state in self.executor._topology.items() if self.kinds.get(op) == "actor"]
+        for op, state in sorted(actors, key=lambda a: self._filled(a[0])):
             pool = op.get_autoscaling_actor_pools()[0]
+            grant = (lambda n, op=op: gate.grant(op, n))
             rollout = self.rollouts.get(op)
             if rollout is not None:
                 rollout.size = max(1, self.pool_targets.get(op, rollout.size))
-                for note in rollout.step(self.now_s()):
+                for note in rollout.step(self.now_s(), grant):
                     self._action(self.now_s(), self.names.by_op[op], "rollout_step", note)
                 if op.has_completed() and not rollout.done:
                     left = len(rollout.old)
@@ -335,11 +348,35 @@ class ExecutionShim:
                     resize(pool, size=pool.current_size(), target=0, budget=None, reason="consumed all inputs")
                 continue
             target = min(self._pool_target(op, pool), clamp.get(op, pool.max_size()))
-            drained, released = drive_to(pool, target=target, budget=None, reason="trident pool target")
+            drained, released = drive_to(pool, target=target, budget=None, reason="trident pool target", starts=grant)
             if drained or released:
                 self._action(self.now_s(), self.names.by_op[op], "drain",
                              f"{drained} busy actor(s) stop getting work, {released} released when done")
+        for op, n in gate.held.items():
+            if n != self.held.get(op):
+                self._action(self.now_s(), self.names.by_op[op], "start_wait",
+                             f"{n} actor(s) wait to start: {self.start_slots} start side by side over all pools", n)
+        self.held = gate.held
         self._check_reached(self.now_s())
+
+    def _start_gate(self):
+        """The starts this scheduling step may make: :attr:`start_slots` less the actors starting."""
+        from trident.ray_data.starts import StartGate, starting
+
+        pools = []
+        for op, kind in self.kinds.items():
+            if kind == "actor" and not op.has_completed():
+                pool = op.get_autoscaling_actor_pools()[0]
+                pools.append((pool.num_alive_actors(), pool.num_pending_actors(), self.builder.config(op).num_gpus))
+        return StartGate(self.start_slots - starting(pools, self.builder.cluster.view(self.now_s()).gpus))
+
+    def _filled(self, op: Any) -> float:
+        """The share of ``op``'s target its actors up or starting make (1 with no target)."""
+        pool = op.get_autoscaling_actor_pools()[0]
+        rollout = self.rollouts.get(op)
+        want = rollout.size if rollout is not None else self.pool_targets.get(op)
+        size = rollout.new_size() if rollout is not None else pool.current_size()
+        return size / want if want else 1.0
 
     def _pool_target(self, op: Any, pool: Any) -> int:
         target = self.pool_targets.get(op)
@@ -392,7 +429,7 @@ class ExecutionShim:
     def _check_reached(self, now: float) -> None:
         for op, r in list(self.reach.items()):
             pool = op.get_autoscaling_actor_pools()[0]
-            pending = pool.num_pending_actors()
+            pending = pool.num_pending_actors() + self.held.get(op, 0)
             if pending:
                 r.starting_s += now - r.seen_s
             r.seen_s = now

@@ -22,8 +22,9 @@ class Action:
     """Something the shim did to Ray (or, in a dry run, would have done).
 
     ``kind``: ``pool_target`` | ``task_cap`` | ``target_reached`` | ``rollout_started`` |
-    ``rollout_finished`` | ``rollout_step``. ``value`` is the number involved (replicas, cap,
-    seconds to reach a target).
+    ``rollout_finished`` | ``rollout_step`` | ``start_wait`` (actors waiting for a start slot)
+    among others. ``value`` is the number involved (replicas, cap, seconds to reach a target,
+    actors waiting).
     """
 
     time_s: float

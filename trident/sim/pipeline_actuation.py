@@ -78,9 +78,16 @@ class Actuation:
         return cpus, gpus
 
     def _start_pending(self) -> None:
-        """Start waiting groups, in order, while the cluster has room (partially when it has some)."""
+        """Start waiting groups, in order, while the cluster has room (partially when it has some)
+        and, for actors, while fewer than ``spec.start_slots`` replicas are starting (then to the
+        operators with the smallest share of their target started first, as the shim)."""
         cpus, gpus = self._free()
-        for st in self.ops:
+        slots, order = self.spec.start_slots, self.ops
+        if slots is not None:
+            slots -= sum(g.count for st in self.ops for g in st.groups
+                         if g.ready_at_s is not None and g.ready_at_s > self.time_s)
+            order = sorted(self.ops, key=self._filled)
+        for st in order:
             for g in list(st.groups):
                 if g.ready_at_s is not None or g.count == 0:
                     continue
@@ -91,9 +98,13 @@ class Actuation:
                         fit = min(fit, int(cpus // st.spec.num_cpus + 1e-9))
                     if g.num_gpus > 0:
                         fit = min(fit, int(gpus.get(t, 0.0) // g.num_gpus + 1e-9))
+                    cold = 0.0 if st.spec.kind == "task" else st.spec.cold_start_s
+                    if slots is not None and cold > 0:
+                        fit = min(fit, slots)
                     if fit <= 0:
                         continue
-                    cold = 0.0 if st.spec.kind == "task" else st.spec.cold_start_s
+                    if slots is not None and cold > 0:
+                        slots -= fit
                     started = _Group(count=fit, batch_size=g.batch_size, num_gpus=g.num_gpus,
                                      accelerator_type=g.accelerator_type, ready_at_s=self.time_s + cold, gpu_type=t)
                     st.groups.insert(st.groups.index(g), started)
@@ -104,6 +115,12 @@ class Actuation:
                     if g.count == 0:
                         break
             st.groups = [g for g in st.groups if g.count > 0]
+
+    @staticmethod
+    def _filled(st: _OpState) -> float:
+        """The share of ``st``'s target its started replicas make (1 with no target)."""
+        started = sum(g.count for g in st.groups if g.ready_at_s is not None and not g.retiring)
+        return started / st.config_replicas if st.config_replicas else 1.0
 
     # --- plan application ------------------------------------------------------------
 

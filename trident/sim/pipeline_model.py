@@ -117,6 +117,10 @@ class PipelineSpec:
     """Relative standard deviation of a replica's speed from one step to the next."""
     spike_prob: float = 0.02
     """Chance per operator per step of a burst (continuous batching) of 1.5-2.5x speed."""
+    start_slots: int | None = None
+    """Actor replicas starting at once at most, over all operators, as the shim's start gate
+    (:mod:`trident.ray_data.starts`); ``None``: no limit. The model's cold start does not grow
+    with the replicas starting beside it."""
 
     def __post_init__(self) -> None:
         if not self.operators:
@@ -128,6 +132,8 @@ class PipelineSpec:
                               "numbers > 0")
         if self.noise < 0 or not 0 <= self.spike_prob <= 1:
             raise ConfigError("noise/spike_prob", (self.noise, self.spike_prob), "noise >= 0, spike_prob in [0, 1]")
+        if self.start_slots is not None and self.start_slots < 1:
+            raise ConfigError("start_slots", self.start_slots, "None or an integer >= 1")
 
     def cluster_view(self) -> ClusterView:
         by_type: dict[str, float] = {}

@@ -1,0 +1,48 @@
+"""How many actors the shim starts side by side (trident.ray_data.starts)."""
+import pytest
+
+from trident.ray_data.starts import StartGate, start_slots, starting
+
+
+def _node(host, cpus, alive=True):
+    return {"Alive": alive, "NodeManagerAddress": host, "Resources": {"CPU": cpus}}
+
+
+def test_nodes_on_this_host_share_its_cores_whatever_cpus_they_declare():
+    # a ray.cluster_utils.Cluster: four nodes of 8 logical CPUs on one 2-core machine
+    nodes = [_node("10.0.0.1", 8) for _ in range(4)]
+    assert start_slots(nodes, local_host="10.0.0.1", local_cores=2) == 2
+
+
+def test_other_hosts_count_their_largest_node_and_dead_nodes_none():
+    nodes = [_node("10.0.0.1", 12), _node("10.0.0.2", 32), _node("10.0.0.2", 16), _node("10.0.0.3", 64, alive=False)]
+    assert start_slots(nodes, local_host="10.0.0.1", local_cores=2) == 2 + 32
+
+
+def test_at_least_one_slot():
+    assert start_slots([], local_host="x", local_cores=4) == 1
+
+
+def test_pending_actors_waiting_for_room_are_not_starting():
+    # pool a: 4 running at 0.5 GPU and 2 pending; pool b: 2 running at 1 GPU and 3 pending (4 GPUs held)
+    pools = [(4, 2, 0.5), (2, 3, 1.0)]
+    assert starting(pools, gpus=5.0) == 2  # a's two fit in the free GPU; none of b's
+    assert starting(pools, gpus=6.0) == 3  # one GPU more: one of b's starts too
+    assert starting([(1, 3, 0.0)], gpus=0.0) == 3  # GPU-less actors always count
+
+
+def test_the_gate_grants_in_order_and_keeps_what_it_held_back():
+    gate = StartGate(free=3)
+    assert gate.grant("a", 2) == 2
+    assert gate.grant("b", 4) == 1
+    assert gate.grant("c", 1) == 0
+    assert gate.held == {"b": 3, "c": 1}
+    assert StartGate(free=-2).grant("a", 1) == 0  # more starting than slots: nothing more
+
+
+@pytest.mark.parametrize("slots", [0, -1, 1.5, True])
+def test_a_bad_start_slots_setting_is_refused(slots):
+    import trident
+
+    with pytest.raises(trident.ConfigError, match="start_slots"):
+        trident.autoscale(start_slots=slots)

@@ -1,0 +1,79 @@
+"""How many actors to start at once: a host starts actor processes on its cores.
+
+k actors asked for together on a host of c cores share those cores while they start, so they
+come up together after about k/c start times and the first of them works no sooner than the
+last. Measured here (2 cores, ``ray.init(num_cpus=12, num_gpus=4)``, six 0.5-GPU actors that
+import what a Ray Data map actor imports; ``seconds after the request``): all six at once, up at
+2.4-3.3 s (mean 2.6-3.0); two at a time, pairs up at 0.7, 1.5-1.8, 2.4-2.9 s (mean 1.6-1.8, the
+last no later); one at a time, 0.7, 1.4-1.5, ... 4.6-4.8 s. So the shim starts at most as many
+actors side by side as the cluster's hosts have cores (:func:`start_slots`), the pools with the
+fewest of their target's actors first; the others wait as pending actors and start as the first
+come up. Pending actors that do not fit beside the running ones wait for room, not for a core,
+and do not count (:func:`starting`).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+
+def host_cores() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def start_slots(nodes: Iterable[dict], *, local_host: str, local_cores: int) -> int:
+    """Actors the cluster starts side by side: the cores of each host its live nodes run on
+    (``ray.nodes()`` records). Nodes on this process's host (``local_host``: its IP) share its
+    ``local_cores`` (a ``ray.cluster_utils.Cluster`` puts every node there, whatever CPUs each
+    declares); another host has as many cores as its largest node declares CPUs (Ray's default is
+    one per core). At least 1."""
+    hosts: dict[str, int] = {}
+    for node in nodes:
+        if not node.get("Alive"):
+            continue
+        host = node.get("NodeManagerAddress", "")
+        cores = local_cores if host == local_host else int(node.get("Resources", {}).get("CPU", 0))
+        hosts[host] = max(hosts.get(host, 0), cores)
+    return max(1, sum(hosts.values()))
+
+
+def cluster_start_slots() -> int:
+    """:func:`start_slots` of the running Ray cluster."""
+    import ray
+
+    return start_slots(ray.nodes(), local_host=ray.util.get_node_ip_address(), local_cores=host_cores())
+
+
+def starting(pools: Iterable[tuple[int, int, float]], gpus: float) -> int:
+    """Pending actors that are starting: of each pool's (running, pending, GPUs per actor), the
+    pending actors that fit in the ``gpus`` the running ones leave, pool by pool; GPU-less ones
+    always count."""
+    pools = list(pools)
+    free = gpus - sum(running * per for running, _, per in pools)
+    n = 0
+    for _, pending, per in pools:
+        fit = pending if per <= 0 else min(pending, max(0, int(free / per + 1e-9)))
+        free -= fit * per
+        n += fit
+    return n
+
+
+class StartGate:
+    """The starts one scheduling step may make: at most ``free`` in all, granted in the order
+    asked; what was asked and not granted is kept per pool (``held``)."""
+
+    def __init__(self, free: int) -> None:
+        self.free = max(0, free)
+        self.held: dict[object, int] = {}
+
+    def grant(self, key: object, wanted: int) -> int:
+        """Starts granted to pool ``key`` of the ``wanted`` ones."""
+        n = min(max(wanted, 0), self.free)
+        self.free -= n
+        if wanted > n:
+            self.held[key] = self.held.get(key, 0) + wanted - n
+        return n
