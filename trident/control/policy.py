@@ -27,7 +27,9 @@ class PolicyContext:
 
 
 class Policy(Protocol):
-    """``step(snapshot, now)`` returns a Decision; it may keep state between calls."""
+    """``step(snapshot, now)`` returns a Decision; it may keep state between calls. A policy class
+    with ``ray_until_named = True`` leaves each actor pool to Ray Data's own autoscaler until one
+    of its plans names the pool (runs without a memory limit); otherwise a pool holds its size."""
 
     name: str
 

@@ -78,6 +78,8 @@ class ExecutionShim:
         """Actors started side by side at most (:mod:`trident.ray_data.starts`), set at install."""
         self.held: dict[Any, int] = {}
         """Actors each pool would start and waits to: shown as pending actors."""
+        self.ray_until_named = False
+        """Ray's own rule drives a pool until a plan names it (:meth:`_ray_drives`)."""
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -110,6 +112,7 @@ class ExecutionShim:
             cap_of=self._cap_of, cluster=ClusterWatch(self.executor._resource_manager, self.config.memory_limit_bytes),
             held_of=lambda op: self.held.get(op, 0))
         self.start_slots = self.config.start_slots or cluster_start_slots()
+        self.ray_until_named = bool(getattr(self._policy_class(), "ray_until_named", False))
         self.observing = True
         self.client = self.run._controller_client()
         if wants_control:
@@ -127,6 +130,13 @@ class ExecutionShim:
         else:
             self.record.mode = "observe"
         self.observe(force=True)
+
+    def _policy_class(self) -> Any:
+        """The policy's factory (a registered name's, or the one given)."""
+        from trident.control.policy import POLICIES
+
+        policy = self.config.policy
+        return POLICIES.get(policy) if isinstance(policy, str) else policy
 
     def to_stock(self, *, record_mode: bool = True) -> None:
         """Give every knob back to Ray Data; observation may continue."""
@@ -347,6 +357,9 @@ class ExecutionShim:
                 if pool.current_size() > 0:
                     resize(pool, size=pool.current_size(), target=0, budget=None, reason="consumed all inputs")
                 continue
+            if self._ray_drives(op):
+                pool.scale(self.autoscaler.stock._derive_target_scaling_config(pool, op, state))
+                continue
             target = min(self._pool_target(op, pool), clamp.get(op, pool.max_size()))
             drained, released = drive_to(pool, target=target, budget=None, reason="trident pool target", starts=grant)
             if drained or released:
@@ -377,6 +390,16 @@ class ExecutionShim:
         want = rollout.size if rollout is not None else self.pool_targets.get(op)
         size = rollout.new_size() if rollout is not None else pool.current_size()
         return size / want if want else 1.0
+
+    def _ray_drives(self, op: Any) -> bool:
+        """Whether Ray's own rule still drives ``op``'s pool, at every scheduling step as stock Ray
+        does: for a policy that asks for it (``ray_until_named``), until a plan names the pool, when
+        the run has no memory limit (under one, a pool whose heap is not measured yet holds its
+        size) and no GPU budget. Held at its size instead, a pool grew only once the policy's first
+        answer came (3.1 s into a 10-15 s run where Ray's rule had started a second actor per pool
+        at 2.2 s). Other pools hold their size until a plan names them."""
+        return (self.ray_until_named and op not in self.pool_targets and self.config.memory_limit_bytes is None
+                and self.run.gpu_budget is None and hasattr(self.autoscaler.stock, "_derive_target_scaling_config"))
 
     def _pool_target(self, op: Any, pool: Any) -> int:
         target = self.pool_targets.get(op)

@@ -40,6 +40,10 @@ class TridentPolicy:
     """The adaptive policy (see the module docstring)."""
 
     name = "trident"
+    ray_until_named = True
+    """Ray Data's own rule drives each pool, at every scheduling step, until a plan names it (no
+    memory limit: see :meth:`~trident.ray_data.shim.ExecutionShim._ray_drives`); the inner loop
+    applies the same rule once an interval, after the first snapshots."""
 
     def __init__(self, *, context: PolicyContext | None = None, settings: TridentSettings | None = None) -> None:
         self.context = context or PolicyContext()
