@@ -1648,3 +1648,34 @@ def test_an_operator_that_finishes_leaves_its_gpus_to_the_operators_left_at_once
     assert "scale embed up 6 -> 8" in after[0].reason, after[0].reason
     assert after[0].time_s - plans[0].time_s < TridentSettings().min_dwell_s, (plans[0].time_s, after[0].time_s)
     assert max(dict(p.replicas)["embed"] for p in res.timeline) == 8
+
+
+def test_a_rate_off_the_plan_before_the_steady_windows_is_planned_on_the_window_that_measured_it():
+    """First try at 2,000 rows: rows cost 4x more from second 7, before the operator has
+    ``min_rate_windows`` windows. When a window measures it and the plan is revisited, the plan
+    takes that window's rate, not the busy time since the start (which blends both costs); a
+    window within ``shift_ratio`` of the busy time leaves the busy time as the estimate."""
+    import numpy as np
+
+    from trident.policies.trident.records import Assumed, key_of
+    from trident.policies.trident.tracking import Observer
+
+    for after, source in ((10.0, "last window"), (40.0, "busy time")):
+        s = TridentSettings()
+        observer = Observer(settings=s, rng=np.random.default_rng(0), seed=0)
+        out, revisited = 0.0, None
+        for k in range(20):
+            out += 2 * (40.0 if k < 7 else after)
+            snap = _ocr_at(_ray_like(float(k), ocr_replicas=2, ocr_out=0, embed_out=0, total=100_000),
+                           rows_out_total=int(out), rows_in_done_total=int(out), rows_in_total=int(out) + 64,
+                           tasks_finished=int(out) // 4, busy_s=2.0 * k, input_queue_blocks=1_000)
+            op = snap.operator("ocr")
+            if k == 0:
+                observer.assumed["ocr"] = Assumed(key_of(op.config), 40.0)
+            notes = observer.observe(op, float(k))
+            if any("revisiting the plan" in n for n in notes) and revisited is None:
+                revisited = estimates.rate(observer.tracks["ocr"], op, key_of(op.config), s)
+            if k == 12 and after == 40.0:
+                revisited = estimates.rate(observer.tracks["ocr"], op, key_of(op.config), s)
+        assert revisited is not None and revisited.source == source, revisited
+        assert revisited.rows_per_s == pytest.approx(after, rel=0.3), revisited
