@@ -40,18 +40,7 @@ CASES = [
 
 
 def _shim(case: Case) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    pool = FakePool({f"a{i}": 2 for i in range(case.running)}, pending=case.pending)
-    started = 0
-
-    def scale(req, _orig=pool.scale):
-        nonlocal started
-        if req.delta > 0:
-            pool.pending += req.delta
-            started += req.delta
-            return req.delta
-        return _orig(req)
-
-    pool.scale = scale
+    pool = _growing(FakePool({f"a{i}": 2 for i in range(case.running)}, pending=case.pending))
     for t in case.targets:
         drive_to(pool, target=t, budget=None, reason="contract")
 
@@ -98,6 +87,19 @@ def test_pool_targets_are_applied_to_the_contract(case, actuate):
     assert done == case.done, f"once the drained work is done: {done}"
 
 
+def _growing(pool: FakePool) -> FakePool:
+    """``pool`` whose scale-ups add pending actors (Ray's scale-down as the stand-in has it)."""
+
+    def scale(req, _orig=pool.scale):
+        if req.delta > 0:
+            pool.pending += req.delta
+            return req.delta
+        return _orig(req)
+
+    pool.scale = scale
+    return pool
+
+
 def _fake_op(n: int):
     """A stand-in for an actor operator with ``n`` busy actors (started actors stay pending)."""
     from dataclasses import dataclass as _dc
@@ -115,16 +117,8 @@ def _fake_op(n: int):
         def get_autoscaling_actor_pools(self):
             return [self.pool]
 
-    pool = FakePool({f"old{i}": 2 for i in range(n)})
+    pool = _growing(FakePool({f"old{i}": 2 for i in range(n)}))
     pool._pending_actors, pool._config = {}, Cfg()
-
-    def scale(req, _orig=pool.scale):
-        if req.delta > 0:
-            pool.pending += req.delta
-            return req.delta
-        return _orig(req)
-
-    pool.scale = scale
     return Op(pool), pool
 
 
@@ -283,15 +277,7 @@ def _slots_shim(running: int, target: int, slots: int) -> list[tuple[int, int, i
     right after the target, then once the actors started first are up."""
     from trident.ray_data.starts import StartGate
 
-    pool = FakePool({f"a{i}": 1 for i in range(running)})
-
-    def scale(req, _orig=pool.scale):
-        if req.delta > 0:
-            pool.pending += req.delta
-            return req.delta
-        return _orig(req)
-
-    pool.scale = scale
+    pool = _growing(FakePool({f"a{i}": 1 for i in range(running)}))
     seen = []
     for step in range(2):
         if step:  # the started actors come up

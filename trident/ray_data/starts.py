@@ -2,13 +2,13 @@
 
 k actors asked for together on a host of c cores share those cores while they start, so they
 come up together after about k/c start times and the first of them works no sooner than the
-last. Measured here (2 cores, ``ray.init(num_cpus=12, num_gpus=4)``, six 0.5-GPU actors that
-import what a Ray Data map actor imports; ``seconds after the request``): all six at once, up at
-2.4-3.3 s (mean 2.6-3.0); two at a time, pairs up at 0.7, 1.5-1.8, 2.4-2.9 s (mean 1.6-1.8, the
-last no later); one at a time, 0.7, 1.4-1.5, ... 4.6-4.8 s. So the shim starts at most as many
-actors side by side as the cluster's hosts have cores (:func:`start_slots`), the pools with the
-fewest of their target's actors first; the others wait as pending actors and start as the first
-come up. Pending actors that do not fit beside the running ones wait for room, not for a core,
+last. Measured here (``benchmarks/actor_starts.py``: 2 cores, ``ray.init(num_cpus=12,
+num_gpus=4)``, six 0.5-GPU actors that import what a Ray Data map actor imports; seconds after
+the request, two invocations of two rounds): all six at once, up at 2.4-3.5 s (mean 2.6-3.1);
+two at a time, the first pair at 0.7-1.2 s, the last at 2.4-4.1 s (mean 1.6-2.1); one at a time,
+every 0.75-0.95 s to 4.6-5.8 s. So the shim starts at most as many actors side by side as the
+cluster's hosts have cores (:func:`start_slots`), the pools with the fewest of their target's
+actors first; the others wait as pending actors and start as the first come up. Pending actors that do not fit beside the running ones wait for room, not for a core,
 and do not count (:func:`starting`).
 """
 from __future__ import annotations
