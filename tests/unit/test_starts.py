@@ -1,4 +1,5 @@
-"""How many actors the shim starts side by side (trident.ray_data.starts)."""
+"""The shim's pool driver: how many actors it starts side by side (trident.ray_data.starts),
+and when Ray's own rule drives a pool."""
 import pytest
 
 from trident.ray_data.starts import StartGate, start_slots, starting
@@ -46,3 +47,29 @@ def test_a_bad_start_slots_setting_is_refused(slots):
 
     with pytest.raises(trident.ConfigError, match="start_slots"):
         trident.autoscale(start_slots=slots)
+
+
+def test_ray_drives_a_pool_until_a_plan_names_it_only_for_a_policy_that_asks_and_without_limits():
+    """``ExecutionShim._ray_drives``: the trident policy leaves a pool no plan has named to Ray's
+    own rule; not under a memory limit or a GPU budget, not once a plan names the pool, and not
+    for a policy that does not ask for it (``static`` holds the user's sizes)."""
+    from types import SimpleNamespace
+
+    from trident.control.policy import POLICIES
+    from trident.ray_data.shim import ExecutionShim
+
+    stock = SimpleNamespace(_derive_target_scaling_config=lambda *a: None)
+
+    def shim(policy="trident", memory=None, budget=None, named=()):
+        s = SimpleNamespace(config=SimpleNamespace(policy=policy, memory_limit_bytes=memory),
+                            run=SimpleNamespace(gpu_budget=budget), autoscaler=SimpleNamespace(stock=stock),
+                            pool_targets={op: 2 for op in named})
+        s.ray_until_named = bool(getattr(ExecutionShim._policy_class(s), "ray_until_named", False))
+        return s
+
+    assert "static" in POLICIES.names()
+    assert ExecutionShim._ray_drives(shim(), "op")
+    assert not ExecutionShim._ray_drives(shim(named=("op",)), "op")
+    assert not ExecutionShim._ray_drives(shim(memory=2**30), "op")
+    assert not ExecutionShim._ray_drives(shim(budget=2.0), "op")
+    assert not ExecutionShim._ray_drives(shim(policy="static"), "op")
