@@ -284,7 +284,7 @@ def _slots_shim(running: int, target: int, slots: int) -> list[tuple[int, int, i
             for i in range(pool.pending):
                 pool._running_actors[f"new{step}{i}"] = type(next(iter(pool._running_actors.values())))(0)
             pool.pending = 0
-        gate = StartGate(slots - pool.pending)
+        gate = StartGate(lambda: slots - pool.pending)
         drive_to(pool, target=target, budget=None, reason="contract", starts=lambda n: gate.grant("m", n))
         seen.append((len(pool._running_actors), pool.pending, gate.held.get("m", 0)))
     return seen

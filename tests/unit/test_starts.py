@@ -33,12 +33,16 @@ def test_pending_actors_waiting_for_room_are_not_starting():
 
 
 def test_the_gate_grants_in_order_and_keeps_what_it_held_back():
-    gate = StartGate(free=3)
+    def unread():
+        raise AssertionError("read although nothing was asked to start")
+
+    assert StartGate(unread).grant("a", 0) == 0  # a step that starts nothing reads nothing
+    gate = StartGate(lambda: 3)
     assert gate.grant("a", 2) == 2
     assert gate.grant("b", 4) == 1
     assert gate.grant("c", 1) == 0
     assert gate.held == {"b": 3, "c": 1}
-    assert StartGate(free=-2).grant("a", 1) == 0  # more starting than slots: nothing more
+    assert StartGate(lambda: -2).grant("a", 1) == 0  # more starting than slots: nothing more
 
 
 @pytest.mark.parametrize("slots", [0, -1, 1.5, True])

@@ -112,7 +112,6 @@ class ExecutionShim:
             cap_of=self._cap_of, cluster=ClusterWatch(self.executor._resource_manager, self.config.memory_limit_bytes),
             held_of=lambda op: self.held.get(op, 0))
         self.start_slots = self.config.start_slots or cluster_start_slots()
-        self.ray_until_named = bool(getattr(self._policy_class(), "ray_until_named", False))
         self.observing = True
         self.client = self.run._controller_client()
         if wants_control:
@@ -124,6 +123,8 @@ class ExecutionShim:
             self.stock_caps = StockCaps(ex)
             ex._backpressure_policies.append(self.cap_policy)
             self.autoscaler = TridentActorAutoscaler(ex._actor_autoscaler, self)
+            self.ray_until_named = (bool(getattr(self._policy_class(), "ray_until_named", False))
+                                    and hasattr(self.autoscaler.stock, "_derive_target_scaling_config"))
             ex._actor_autoscaler = self.autoscaler
             self.controlling = True
             self.record.mode = "control"
@@ -329,8 +330,10 @@ class ExecutionShim:
         the pools with the smallest share of their target up or starting first."""
         from trident.ray_data.rollout import drive_to, resize
 
+        from trident.ray_data.starts import StartGate
+
         clamp = self._budget_clamp()
-        gate = self._start_gate()
+        gate = StartGate(self._free_slots)
         actors = [(op, state) for op, state in self.executor._topology.items() if self.kinds.get(op) == "actor"]
         for op, state in sorted(actors, key=lambda a: self._filled(a[0])):
             pool = op.get_autoscaling_actor_pools()[0]
@@ -372,16 +375,16 @@ class ExecutionShim:
         self.held = gate.held
         self._check_reached(self.now_s())
 
-    def _start_gate(self):
-        """The starts this scheduling step may make: :attr:`start_slots` less the actors starting."""
-        from trident.ray_data.starts import StartGate, starting
+    def _free_slots(self) -> int:
+        """:attr:`start_slots` less the actors starting now (:func:`~trident.ray_data.starts.starting`)."""
+        from trident.ray_data.starts import starting
 
         pools = []
         for op, kind in self.kinds.items():
             if kind == "actor" and not op.has_completed():
                 pool = op.get_autoscaling_actor_pools()[0]
                 pools.append((pool.num_alive_actors(), pool.num_pending_actors(), self.builder.config(op).num_gpus))
-        return StartGate(self.start_slots - starting(pools, self.builder.cluster.view(self.now_s()).gpus))
+        return self.start_slots - starting(pools, self.builder.cluster.view(self.now_s()).gpus)
 
     def _filled(self, op: Any) -> float:
         """The share of ``op``'s target its actors up or starting make (1 with no target)."""
@@ -399,7 +402,7 @@ class ExecutionShim:
         answer came (3.1 s into a 10-15 s run where Ray's rule had started a second actor per pool
         at 2.2 s). Other pools hold their size until a plan names them."""
         return (self.ray_until_named and op not in self.pool_targets and self.config.memory_limit_bytes is None
-                and self.run.gpu_budget is None and hasattr(self.autoscaler.stock, "_derive_target_scaling_config"))
+                and self.run.gpu_budget is None)
 
     def _pool_target(self, op: Any, pool: Any) -> int:
         target = self.pool_targets.get(op)

@@ -8,13 +8,14 @@ the request, two invocations of two rounds): all six at once, up at 2.4-3.5 s (m
 two at a time, the first pair at 0.7-1.2 s, the last at 2.4-4.1 s (mean 1.6-2.1); one at a time,
 every 0.75-0.95 s to 4.6-5.8 s. So the shim starts at most as many actors side by side as the
 cluster's hosts have cores (:func:`start_slots`), the pools with the fewest of their target's
-actors first; the others wait as pending actors and start as the first come up. Pending actors that do not fit beside the running ones wait for room, not for a core,
-and do not count (:func:`starting`).
+actors first; the others wait as pending actors and start as the first come up. Pending actors
+that do not fit beside the running ones wait for room, not for a core, and do not count
+(:func:`starting`).
 """
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 
 def host_cores() -> int:
@@ -63,16 +64,22 @@ def starting(pools: Iterable[tuple[int, int, float]], gpus: float) -> int:
 
 
 class StartGate:
-    """The starts one scheduling step may make: at most ``free`` in all, granted in the order
-    asked; what was asked and not granted is kept per pool (``held``)."""
+    """The starts one scheduling step may make: at most ``free()`` in all (read at the first start
+    asked for: a step that starts nothing reads nothing), granted in the order asked; what was
+    asked and not granted is kept per pool (``held``)."""
 
-    def __init__(self, free: int) -> None:
-        self.free = max(0, free)
+    def __init__(self, free: Callable[[], int]) -> None:
+        self._free_of = free
+        self.free: int | None = None
         self.held: dict[object, int] = {}
 
     def grant(self, key: object, wanted: int) -> int:
         """Starts granted to pool ``key`` of the ``wanted`` ones."""
-        n = min(max(wanted, 0), self.free)
+        if wanted <= 0:
+            return 0
+        if self.free is None:
+            self.free = max(0, self._free_of())
+        n = min(wanted, self.free)
         self.free -= n
         if wanted > n:
             self.held[key] = self.held.get(key, 0) + wanted - n

@@ -99,11 +99,12 @@ class Actuation:
                     if g.num_gpus > 0:
                         fit = min(fit, int(gpus.get(t, 0.0) // g.num_gpus + 1e-9))
                     cold = 0.0 if st.spec.kind == "task" else st.spec.cold_start_s
-                    if slots is not None and cold > 0:
+                    gated = slots is not None and cold > 0  # a replica that starts at once holds no slot
+                    if gated:
                         fit = min(fit, slots)
                     if fit <= 0:
                         continue
-                    if slots is not None and cold > 0:
+                    if gated:
                         slots -= fit
                     started = _Group(count=fit, batch_size=g.batch_size, num_gpus=g.num_gpus,
                                      accelerator_type=g.accelerator_type, ready_at_s=self.time_s + cold, gpu_type=t)
