@@ -316,3 +316,31 @@ def test_an_even_share_splits_each_resource_among_the_pools_that_use_it():
     assert even_share(gpu, cluster, [gpu, cpu]) == 8  # the CPU pool takes no GPU: 16 / 2 CPUs bound it at 8
     assert even_share(cpu, cluster, [gpu, cpu]) == 4  # 8 of the 16 CPUs at 2 each
     assert even_share(gpu, cluster, [gpu, other]) == 4 and even_share(other, cluster, [gpu, other]) == 3  # its max
+
+
+def test_a_scale_up_asked_for_with_drains_is_not_judged_stuck_until_they_are_done():
+    """Embed drains 6 -> 4 (its actors busy) while Detect's two new actors wait, pending, for the
+    GPUs they free: no re-plan while the drain lasts; once it is done, Detect's clock starts."""
+    from trident.policies.trident.phases import Phases
+
+    drain = RolloutStep(operator="embed", action="scale_down", replicas_from=6, replicas_to=4,
+                        target=OperatorTarget(name="embed", replicas=4), phase=1, reason="drain")
+    up = RolloutStep(operator="detect", action="scale_up", replicas_from=2, replicas_to=4,
+                     target=OperatorTarget(name="detect", replicas=4), phase=1, reason="up")
+    phases = Phases()
+    phases.start([(drain, up)], 0.0)
+
+    def snap(t, embed_running):
+        detect = replace(_actor("detect", 0, replicas=4, in_flight=4, queued=50), actors_running=2, actors_pending=2)
+        embed = replace(_actor("embed", 1, replicas=4, in_flight=embed_running, queued=0),
+                        actors_running=embed_running, task_duration_p90_s=30.0)
+        return replace(_snap(detect, embed, gpus=4.0), time_s=t)
+
+    def stuck(t, embed_running):
+        return phases.stuck(snap(t, embed_running), t, patience_steps=2, cold_start_s={"detect": 1.0, "embed": 1.0},
+                            heap_bytes={}, memory_limit_bytes=None, margin=0.15)
+
+    assert all(stuck(float(t), 6) is None for t in range(20))  # the drain's tasks take 30 s: no verdict
+    assert stuck(20.0, 4) is None and stuck(21.0, 4) is None  # drained: Detect's clock starts now
+    late = [stuck(float(t), 4) for t in range(22, 40)]
+    assert any(s is not None and s.operator == "detect" for s in late)  # and it can be judged

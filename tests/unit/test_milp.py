@@ -357,8 +357,9 @@ def test_infeasible_keeps_current_plan_without_raising():
     assert not res.changed and res.allocation == cur and res.status == "failed"
     assert "keeping the current plan" in res.reason
     assert "infeasible" in res.reason and "time limit" not in res.reason  # not mistaken for a slow solve
+    assert res.infeasible  # proven: a longer limit cannot help
     none = solve_placement(PlacementProblem(operators=(op,), node_types=(node,)))
-    assert none.status == "failed" and none.allocation == Allocation()
+    assert none.status == "failed" and none.allocation == Allocation() and none.infeasible
 
 
 def test_timeout_keeps_current_plan(monkeypatch):
@@ -372,6 +373,7 @@ def test_timeout_keeps_current_plan(monkeypatch):
     cur = Allocation.of({("parse", CPU, "a"): 2, ("embed", "A", "a"): 1})
     res = solve_placement(_two_op_problem(current=cur, time_limit_s=0.001))
     assert not res.changed and res.allocation == cur and "time limit" in res.reason and res.status == "failed"
+    assert not res.infeasible  # a longer limit may find one
     assert throughput_of(base, cur) == res.throughput_rows_per_s
 
 

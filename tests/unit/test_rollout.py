@@ -39,11 +39,19 @@ def test_new_replicas_come_up_before_old_drain_bottleneck_first():
     assert [len(p) for p in r.phases()] == [2, 1]
 
 
-def test_additions_that_need_freed_resources_wait_for_drains():
+def test_additions_short_of_gpus_are_asked_for_with_the_drains_that_free_them():
+    # no memory limit: Ray holds ocr's new actors pending until embed's drained ones leave
     targets = (OperatorTarget(name="embed", replicas=2), OperatorTarget(name="ocr", replicas=5))
     r = plan_rollout(CURRENT, targets, _inputs(free_gpus=1.0))
-    assert [(s.operator, s.phase) for s in r.steps] == [("embed", PHASE_DRAIN), ("ocr", PHASE_UP_AFTER_DRAIN)]
-    assert "after drains" in r.steps[1].reason
+    assert [(s.operator, s.phase) for s in r.steps] == [("embed", PHASE_DRAIN), ("ocr", PHASE_DRAIN)]
+    assert [len(p) for p in r.phases()] == [2]
+    assert "start as the drains free their room" in r.steps[1].reason
+    # under a memory limit they wait for the drains: old and new would overlap in memory
+    each = {"ocr": 1e8, "embed": 1e8}
+    limited = plan_rollout(CURRENT, targets, _inputs(free_gpus=1.0, free_memory_bytes=1e10,
+                                                     memory_per_replica_bytes=each))
+    assert [(s.operator, s.phase) for s in limited.steps] == [("embed", PHASE_DRAIN), ("ocr", PHASE_UP_AFTER_DRAIN)]
+    assert "after drains" in limited.steps[1].reason
 
 
 def test_config_change_is_a_rolling_update():

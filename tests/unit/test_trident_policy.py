@@ -387,26 +387,49 @@ def test_a_stalled_pool_ends_its_regime_one_window_after_the_stall(stall_at):
     assert len(notes) == 1  # one regime change per stall
 
 
-@pytest.mark.parametrize("growing", [False, True])
-def test_a_stall_after_cheap_rows_ends_the_regime_on_the_busy_time_rate(growing):
+@pytest.mark.parametrize("growing,busy_per_task_s", [(False, 0.05), (True, 0.05), (False, 0.02)])
+def test_a_stall_after_cheap_rows_ends_the_regime_on_the_busy_time_rate(growing, busy_per_task_s):
     """The demo's OCR pool: text pages pass through it in 50 ms (busy 5% of the
     time, so no rate window measures it), then a scanned page holds a task for many seconds. The
     busy-time rate is the reference: the stall ends the regime as soon as its bound is far below
     it, whether or not the pool is growing meanwhile, and the plan's remaining work rests on the
-    bound, not on the text pages' rate."""
+    bound, not on the text pages' rate. So it is when the text pages' tasks sum to less busy time
+    than a rate needs (20 tasks of 20 ms: 0.4 s, under ``min_busy_s``; on the PDF benchmark 24
+    tasks took 0.46 s and the stall went unnoticed for 12 s, until a scanned page finished)."""
     stall_at = 20.0
-    policy, snap, notes = _stall(rows_per_task=4, busy_per_task_s=0.05, stall_at=stall_at, steps=32,
+    policy, snap, notes = _stall(rows_per_task=4, busy_per_task_s=busy_per_task_s, stall_at=stall_at, steps=32,
                                  growing=growing)
     tr = policy.tracks["ocr"]
     assert notes, f"the stall was never noticed (rates {tr.rates})"
     first_t, first = notes[0]
     assert first_t - stall_at <= policy.settings.rate_window_s + 1.0, first
-    assert "was 80" in first, first  # 4 rows per 0.05 busy s
+    assert f"was {4 / busy_per_task_s:.3g}" in first, first  # 4 rows per busy task
     # 20x below after 2 s: no full rate window needed
     assert first_t - stall_at <= policy.settings.shift_confirm_s + 1.0, first
     assert tr.regime_start_s == stall_at
     est = estimates.rate(tr, snap.operators[1], (1, "gpu", 1.0), policy.settings)
     assert est.rows_per_s == pytest.approx(4 / (31 - stall_at)) and est.source == "stall bound"
+
+
+def test_the_first_measure_after_a_stall_bound_is_planned_on_at_once():
+    """A stall's bound stood as the pool's rate and a look on it changed nothing; the first window
+    that measures the new rows asks the planner to look again at once, not a planning interval
+    after its last look (PDF benchmark: a look on the bound 1.1 s before the first scanned page
+    finished would have held the plan that moved the embed pool's memory to OCR for 4 s)."""
+    policy, snap, notes = _stall(rows_per_task=4, busy_per_task_s=0.05, stall_at=20.0, steps=28)
+    assert notes and policy.tracks["ocr"].bounded((1, "gpu", 1.0))
+    observer, measured = policy.observer, None
+    for k in range(28, 45):
+        observer.changed = False
+        done = 20 + (k - 28) // 2  # a task every 2 s (4 rows, 2 busy seconds each)
+        op = _ocr_at(snap, rows_out_total=4 * done, rows_in_done_total=4 * done, tasks_finished=done,
+                     busy_s=0.05 * 20 + 2.0 * (done - 20), input_queue_blocks=400 - 4 * done).operator("ocr")
+        observer.observe(op, float(k))
+        if any(not r.bound for r in policy.tracks["ocr"].rates):
+            measured = k
+            break
+    assert measured is not None, "no window measured the rows after the stall"
+    assert observer.changed, "the first measure after the bound did not ask for a look"
 
 
 def test_a_stall_bound_stays_a_bound_when_a_straggler_of_the_old_rows_ends_the_stall():
@@ -915,9 +938,10 @@ def test_rates_measured_per_accelerator_type_are_planned_with_at_once_not_after_
     assert policy.step(snap, 30.0).kind == "dwell"
 
 
-def _solves_failing(monkeypatch, n: int) -> list[float]:
-    """The policy's first ``n`` solves find no plan (as when the time limit passes first), the
-    next ones solve; returns the time limit of each solve, as they come."""
+def _solves_failing(monkeypatch, n: int, *, infeasible: bool = False) -> list[float]:
+    """The policy's first ``n`` solves find no plan (as when the time limit passes first, or, with
+    ``infeasible``, as when the solver proves there is none), the next ones solve; returns the
+    time limit of each solve, as they come."""
     from trident.plan import milp
     from trident.policies.trident import policy as policy_module
 
@@ -927,8 +951,9 @@ def _solves_failing(monkeypatch, n: int) -> list[float]:
         calls.append(prob.time_limit_s)
         if fail["left"]:
             fail["left"] -= 1
-            return milp._keep(prob, prob.current, None, "highs", "no feasible plan within the time limit; keeping "
-                              "the current plan", status="failed")
+            why = "no plan meets every bound (infeasible)" if infeasible else "no feasible plan within the time limit"
+            return replace(milp._keep(prob, prob.current, None, "highs", f"{why}; keeping the current plan",
+                                      status="failed"), infeasible=infeasible)
         return milp.solve_placement(prob)
 
     monkeypatch.setattr(policy_module, "solve_placement", solve)
@@ -1393,6 +1418,24 @@ def test_a_solve_that_finds_no_plan_is_tried_again_at_the_next_step_with_a_longe
                                        limit * s.solver_retry_growth ** 2])  # the fourth found a plan
     assert policy.solve_failures == 0
     assert any(d.kind in ("plan", "keep", "tune") and "time limit" not in d.reason for k, d, _, _ in steps if k > k3)
+
+
+def test_a_solve_that_proves_there_is_no_plan_is_not_tried_again_at_once(monkeypatch):
+    """No plan meets every bound (a pool held at a size the memory estimate no longer allows): a
+    longer time limit cannot find one, so the planner looks again at the usual interval, with the
+    usual limit, instead of solving for longer at the next steps (on the PDF benchmark three such
+    solves in a row took 0.5, 1.5 and 4.5 s of a two-core machine's CPU)."""
+    calls = _solves_failing(monkeypatch, 1, infeasible=True)
+    policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5000 * 2**20, seed=0))
+    steps = []
+    for k in range(16):
+        d = policy.step(_starting_pool(k, running=8, pending=0), float(k))
+        steps.append((k, d, policy.last_look_s))
+    failed = [(k, d, look) for k, d, look in steps if "infeasible" in d.reason]
+    assert len(failed) == 1 and failed[0][1].kind == "keep" and failed[0][1].plan is None, failed
+    (k1, _, look1), = failed
+    assert look1 == k1  # the next look waits for the planning interval
+    assert len(calls) >= 2 and calls[1] == pytest.approx(policy.settings.solver_time_limit_s)  # with the usual limit
 
 
 def _rate_notes(rates_at, *, steps: int, settings: TridentSettings | None = None, rows_per_task: int = 16,

@@ -57,7 +57,8 @@ def solve_placement(problem: PlacementProblem, *, solver: str | None = None) -> 
         if bad:
             found, status, note = None, "failed", f"solver returned an invalid plan ({bad[0]})"
     if found is None:
-        return _keep(problem, cur, cur_t, name, f"{note}; keeping the current plan", status="failed")
+        return dataclasses.replace(_keep(problem, cur, cur_t, name, f"{note}; keeping the current plan",
+                                         status="failed"), infeasible=note.endswith(INFEASIBLE))
     new_t = throughput_of(problem, found)
     if cur is not None and found.as_dict() == cur.as_dict() and (not problem.bin_packing or not cur_bad):
         return _keep(problem, cur, cur_t, name, f"the current plan is already optimal ({status})",
@@ -74,6 +75,10 @@ def solve_placement(problem: PlacementProblem, *, solver: str | None = None) -> 
         status=status, solver=name, reason=f"{why} ({status}, {name}{'; ' + note if note else ''})",
         objective=objective_of(problem, found), notes=tuple(notes),
     )
+
+
+INFEASIBLE = "(infeasible)"
+"""Ends the reason of a solve that proved no plan meets every bound."""
 
 
 def _keep(problem, cur, cur_t, solver, reason, *, status="kept") -> PlacementResult:
@@ -98,7 +103,7 @@ def _run(prob, problem: PlacementProblem, solver: str, what: str,
     from trident.solver import solve
 
     out = solve(prob, solver=solver, time_limit_s=problem.time_limit_s, gap_rel=problem.gap_rel, start=start)
-    why = f"no {what} meets every bound (infeasible)" if out.infeasible else f"no feasible {what} within the time limit"
+    why = f"no {what} meets every bound {INFEASIBLE}" if out.infeasible else f"no feasible {what} within the time limit"
     return out.status, why
 
 

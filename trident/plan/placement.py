@@ -230,6 +230,8 @@ class PlacementResult:
     reason: str
     objective: float | None = None
     notes: tuple[str, ...] = field(default=())
+    infeasible: bool = False
+    """The solver proved that no plan meets every bound (a longer time limit cannot help)."""
 
 
 def throughput_of(problem: PlacementProblem, allocation: Allocation) -> float:

@@ -2,7 +2,9 @@
 
 New replicas come up before old ones drain, so throughput never dips during a
 change: the bottleneck's additions first, then drains of over-provisioned
-operators, then additions that need the resources those drains free. A change is
+operators, then additions that need the resources those drains free (asked for
+with the drains when only GPUs and CPUs are short: Ray starts them as the room
+frees; after the drains under a memory limit). A change is
 made only when the time it saves on the remaining work exceeds what it costs: the
 cold start, or, when no drain takes an operator below the current throughput (the
 pipeline keeps its pace while new replicas start), the cold start times the share of
@@ -237,8 +239,9 @@ def _holds_wanted_room(s: RolloutStep, ups: list[RolloutStep], current: dict[str
 
 def _order(steps: list[RolloutStep], current: dict[str, OperatorConfig], inputs: RolloutInputs) -> list[RolloutStep]:
     """Additions bottleneck first (those that do not fit the free resources or memory wait for
-    the drains, or, for a rolling update with no drain to wait for, swap old actors for new
-    ones); drains least-utilised first."""
+    the drains - a scale-up short only of GPUs or CPUs is asked for beside them - or, for a
+    rolling update with no drain to wait for, swap old actors for new ones); drains
+    least-utilised first."""
     util = inputs.utilisation
     ups = sorted((s for s in steps if s.phase == PHASE_UP), key=lambda s: (-util.get(s.operator, 0.0), s.operator))
     downs = sorted((s for s in steps if s.phase == PHASE_DRAIN), key=lambda s: (util.get(s.operator, 0.0), s.operator))
@@ -271,8 +274,15 @@ def _order(steps: list[RolloutStep], current: dict[str, OperatorConfig], inputs:
             ordered.append(RolloutStep(**{**s.__dict__, "target": replace(s.target, swap=True),
                                           "reason": s.reason + " (no room beside the old ones: swapped half the "
                                                                "pool at a time)"}))
+        elif s.action == "scale_up" and downs and inputs.free_memory_bytes is None:
+            # only GPUs and CPUs are short, and Ray holds the new actors pending until the drains
+            # free them: asked for with the drains, they start as soon as the room is there, not
+            # an interval later (first try: Detect's two new actors started 1.1 s after Embed's
+            # idle ones had left). Under a memory limit old and new would overlap in memory
+            ordered.append(RolloutStep(**{**s.__dict__, "phase": PHASE_DRAIN,
+                                          "reason": s.reason + " (its actors start as the drains free their room)"}))
         else:
             ordered.append(RolloutStep(**{**s.__dict__, "phase": PHASE_UP_AFTER_DRAIN,
                                           "reason": s.reason + " (after drains free its resources)"}))
-    return ([s for s in ordered if s.phase == PHASE_UP] + downs
+    return ([s for s in ordered if s.phase == PHASE_UP] + downs + [s for s in ordered if s.phase == PHASE_DRAIN]
             + [s for s in ordered if s.phase == PHASE_UP_AFTER_DRAIN])

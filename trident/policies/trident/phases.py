@@ -104,8 +104,13 @@ class Phases:
             self.progress = {}  # the phase is not applied yet: its clock has not started
             return None
         byname = {o.name: o for o in snap.operators}
-        for st in self.settling(snap):
+        settling = self.settling(snap)
+        draining = any(st.action == "scale_down" for st in settling)
+        for st in settling:
             o = byname[st.operator]
+            if draining and st.action == "scale_up":  # it starts in the room the drains free: its clock
+                self.progress.pop(st.operator, None)  # starts when they are done
+                continue
             state = (o.config.replicas or 0, o.actors_running, o.actors_pending, o.old_actors)
             p = self.progress.get(st.operator)
             if p is None or p.state != state:

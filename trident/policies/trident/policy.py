@@ -189,10 +189,14 @@ class TridentPolicy:
         if result.status == "failed":
             # no plan found (the time limit passed first on a busy machine, or none exists): nothing is
             # settled, the bounds and the inner loop stay, and the planner looks again at the next
-            # step, past the dwell, with a longer limit, ``solver_retries`` times
-            if self.solve_failures < self.settings.solver_retries:
-                self.replan_now, self.last_look_s = True, None
-            self.solve_failures += 1
+            # step, past the dwell, with a longer limit, ``solver_retries`` times - unless the solver
+            # proved that none exists (a longer limit would only take the machine's CPU longer)
+            if result.infeasible:
+                self.solve_failures = 0
+            else:
+                if self.solve_failures < self.settings.solver_retries:
+                    self.replan_now, self.last_look_s = True, None
+                self.solve_failures += 1
             return Decision(time_s=now, reason=f"keep: {result.reason} ({limited.time_limit_s:.2g} s)",
                             notes=tuple(notes), kind="keep")
         self.solve_failures = 0

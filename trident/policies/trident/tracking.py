@@ -211,6 +211,10 @@ class Observer:
         if rate is not None and rate > 0:
             shift, settling = self._level_shift(tr, key, rate, t)
             notes += self._check_assumption(tr, key, rate)
+            if tr.bounded(key) and not [r for r in tr.rates if r.key == key and not r.bound]:
+                # the first measure after a stall's bound: the planner looks again at once (a look
+                # on the bound alone would otherwise hold the next one a planning interval)
+                self.changed = True
             tr.rates.append(RateSample(t, key, rate, starting=tr.starting_s is not None and tr.starting_s >= w.time_s))
             ev = tr.rate_detector.update(rate, now=t, times_s=[t])
             if shift is not None:
@@ -348,6 +352,11 @@ class Observer:
             ref = planned.rows_per_s
         else:  # cheap rows on a mostly idle pool: no window measured it, its busy time did
             ref = busy_rate(tr, key, self.settings.min_busy_s)
+            if ref is None and tasks_since(tr, key) >= self.settings.sudden_tasks:
+                # rows so cheap that their tasks' busy time sums under ``min_busy_s``: they still
+                # show what the stall is slow against (PDF benchmark: OCR's 24 text-page tasks
+                # took 0.46 busy-seconds; its scanned pages then stalled it 12 s, unnoticed)
+                ref = busy_rate(tr, key, 1e-3)
             if ref is None:
                 return []
         long = stalled_s >= self.settings.rate_window_s
@@ -571,6 +580,16 @@ def busy_rate(tr: OperatorTrack, key: ConfigKey, min_busy_s: float) -> float | N
     if busy < min_busy_s or rows <= 0:
         return None
     return rows / busy
+
+
+def tasks_since(tr: OperatorTrack, key: ConfigKey) -> int:
+    """Tasks of ``key`` finished since the regime began."""
+    snaps = [o for t, o in tr.snaps if t >= tr.since_s(key) and key_of(o.config) == key]
+    if not snaps:
+        return 0
+    first, last = snaps[0], snaps[-1]
+    begun = first.rows_out_total == 0 and first.tasks_finished == 0  # with the execution
+    return last.tasks_finished - (0 if begun else first.tasks_finished)
 
 
 def mostly_starting(samples: list[RateSample]) -> bool:
