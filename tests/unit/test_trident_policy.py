@@ -71,6 +71,17 @@ def test_imbalanced_pipeline_is_rebalanced_once_then_left_alone():
     assert 19 <= final["ocr"] <= 23 and final["ocr"] + final["embed"] <= 32
 
 
+def test_a_plan_names_every_pool_it_pins_so_that_ray_no_longer_drives_them():
+    """The plan grows embed and keeps ocr where it is: ocr is named too, at its planned size (under
+    the shim, Ray's rule drives a pool until a target names it, and grew a pool the plan held)."""
+    res = simulate(_pipeline(ocr=21, embed=6, total_rows=60_000), policy="trident", seed=0)
+    first = _plans(res)[0]
+    got = {t.name: t.replicas for t in first.plan.targets}
+    assert got["embed"] > 6 and got["ocr"] == 21, first.reason
+    assert "held where the plan has them: ocr at 21" in first.reason
+    assert all(t.name != "read" or t.replicas != 8 for t in first.plan.targets)  # task operators are not pinned
+
+
 def test_regime_shift_trident_beats_static_and_explains_why():
     # from 30% of the dataset on, ocr is 3x slower: GPUs must move from embed to ocr
     spec = _pipeline(regimes=(Regime(start=30_000, rate_scale=1 / 3),), total_rows=100_000)

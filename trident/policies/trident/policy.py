@@ -74,6 +74,10 @@ class TridentPolicy:
         """Whether the planner's last look planned GPU pools per accelerator type."""
         self.finished_ops: set[str] = set()
         """Operators seen completed (each one's end frees what it held for the operators left)."""
+        self.named: set[str] = set()
+        """Operators some issued target has named (Ray's own rule no longer drives their pools)."""
+        self.pools: set[str] = set()
+        """The actor pools of the last snapshot."""
 
     @property
     def tracks(self):
@@ -108,6 +112,7 @@ class TridentPolicy:
 
     def _observe(self, snap: Snapshot) -> list[str]:
         notes: list[str] = []
+        self.pools = {o.name for o in snap.operators if o.config.kind == "actor" and o.config.replicas is not None}
         starting = self.observer.starting(snap.operators)
         for op in snap.operators:
             if op.config.kind in ("task", "actor"):
@@ -550,8 +555,24 @@ class TridentPolicy:
 
     # --- helpers -------------------------------------------------------------------------------
 
+    def _pinned_unnamed(self, exclude: set[str]) -> tuple[OperatorTarget, ...]:
+        """A target for each pool the planner pinned (bounds ``n..n``) that no target has named yet,
+        added to a decision issued anyway: until one names it, Ray's own rule still drives it
+        (``ray_until_named``) and may grow it past the plan, which the inner loop then cuts back
+        (first try: Ray grew Detect 2 -> 4 after a plan that held it at 2 beside Embed 2 -> 6, and
+        the inner loop stopped two working actors). A keep issues nothing: the inner loop's first
+        cut names the pool."""
+        return tuple(OperatorTarget(name=n, replicas=b.lo) for n, b in sorted(self.bounds.items())
+                     if b.lo == b.hi and n in self.pools and n not in self.named and n not in exclude)
+
     def _issue(self, targets: tuple[OperatorTarget, ...], reason: str, now: float, notes: list[str], *,
                kind: str, plan_made: bool = True) -> Decision:
+        moving = {st.operator for phase in [self.phases.current, *self.phases.pending] for st in phase}
+        pinned = self._pinned_unnamed({t.name for t in targets} | moving)
+        if pinned:
+            targets += pinned
+            reason += "; held where the plan has them: " + ", ".join(f"{t.name} at {t.replicas}" for t in pinned)
+        self.named.update(t.name for t in targets)
         if plan_made:  # a plan's targets replace what the inner loop asked
             for t in targets:
                 self.inner_sent.pop(t.name, None)
