@@ -443,6 +443,24 @@ def test_the_first_measure_after_a_stall_bound_is_planned_on_at_once():
     assert observer.changed, "the first measure after the bound did not ask for a look"
 
 
+def test_no_pool_grows_beside_an_operator_whose_rate_is_only_a_stall_bound():
+    """OCR's rate is a stall's bound (it is at most that fast): embed, measured, may shrink to what
+    the bound's throughput needs but not grow on it; with no bound, nothing is capped."""
+    from trident.plan.placement import DeviceOption, OperatorSpec
+    from trident.policies.trident.records import Estimate
+
+    snap = _ray_like(10.0, ocr_replicas=4, ocr_out=8, embed_out=0)
+    ops = [snap.operator("ocr"), snap.operator("embed")]
+    specs = [OperatorSpec(name=o.name, options=(DeviceOption(device="gpu", rate_rows_per_s=r, gpus=1.0),),
+                          min_replicas=1, max_replicas=8) for o, r in zip(ops, (1.1, 4.0))]
+    bounded = problem.no_growth_beside_bounds(specs, ops, {"ocr": Estimate(1.1, "stall bound"),
+                                                           "embed": Estimate(4.0, "busy time")})
+    assert [(sp.min_replicas, sp.max_replicas) for sp in bounded] == [(1, 8), (1, 1)]
+    free = problem.no_growth_beside_bounds(specs, ops, {"ocr": Estimate(0.08, "busy time"),
+                                                        "embed": Estimate(4.0, "busy time")})
+    assert free == specs
+
+
 def test_a_stall_bound_stays_a_bound_when_a_straggler_of_the_old_rows_ends_the_stall():
     """PDF benchmark: a batch of text pages finished 5 s into the scanned pages' stall; the bound
     (1.85 rows/s per replica) was then planned with as a measured rate ("first windows"), and a

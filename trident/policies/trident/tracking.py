@@ -585,11 +585,7 @@ def busy_rate(tr: OperatorTrack, key: ConfigKey, min_busy_s: float) -> float | N
 def tasks_since(tr: OperatorTrack, key: ConfigKey) -> int:
     """Tasks of ``key`` finished since the regime began."""
     snaps = [o for t, o in tr.snaps if t >= tr.since_s(key) and key_of(o.config) == key]
-    if not snaps:
-        return 0
-    first, last = snaps[0], snaps[-1]
-    begun = first.rows_out_total == 0 and first.tasks_finished == 0  # with the execution
-    return last.tasks_finished - (0 if begun else first.tasks_finished)
+    return snaps[-1].tasks_finished - snaps[0].tasks_finished if snaps else 0
 
 
 def mostly_starting(samples: list[RateSample]) -> bool:
