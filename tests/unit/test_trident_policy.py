@@ -1452,8 +1452,8 @@ def test_a_solve_that_finds_no_plan_is_tried_again_at_the_next_step_with_a_longe
 def test_a_solve_that_proves_there_is_no_plan_is_not_tried_again_at_once(monkeypatch):
     """No plan meets every bound (a pool held at a size the memory estimate no longer allows): a
     longer time limit cannot find one, so the planner looks again at the usual interval, with the
-    usual limit, instead of solving for longer at the next steps (on the PDF benchmark three such
-    solves in a row took 0.5, 1.5 and 4.5 s of a two-core machine's CPU)."""
+    usual limit, instead of solving again at the next steps with longer limits (replayed, the PDF
+    benchmark's record solved three times in a row, at limits of 0.5, 1.5 and 4.5 s)."""
     calls = _solves_failing(monkeypatch, 1, infeasible=True)
     policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5000 * 2**20, seed=0))
     steps = []

@@ -195,7 +195,7 @@ class TridentPolicy:
             # no plan found (the time limit passed first on a busy machine, or none exists): nothing is
             # settled, the bounds and the inner loop stay, and the planner looks again at the next
             # step, past the dwell, with a longer limit, ``solver_retries`` times - unless the solver
-            # proved that none exists (a longer limit would only take the machine's CPU longer)
+            # proved that none exists (a longer limit cannot find one)
             if result.infeasible:
                 self.solve_failures = 0
             else:
