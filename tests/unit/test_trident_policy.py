@@ -1563,7 +1563,7 @@ def test_a_plan_whose_rollout_does_not_pay_leaves_the_batch_size_search_free_to_
     monkeypatch.setattr(policy_module, "plan_rollout", lambda *a, **k: declined)
     back = tuner.Trial(OperatorTarget(name="embed", batch_size=32, replicas=4), replicas_from=4, swap=True,
                        reason="tune embed batch_size 8 -> 32 on 4 replica(s) (best safe)")
-    monkeypatch.setattr(policy_module.tuner, "next_batch_size", lambda *a, **k: back)
+    monkeypatch.setattr(tuner, "next_batch_size", lambda *a, **k: back)
     policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5000 * 2**20, seed=0))
     kinds = []
     for k in range(12):

@@ -26,17 +26,18 @@ import numpy as np
 from trident.control.policy import PolicyContext
 from trident.model.threads import single_threaded
 from trident.plan.milp import solve_placement
-from trident.plan.rollout import PHASE_UP, RolloutInputs, RolloutStep, plan_rollout
-from trident.policies.trident import estimates, explore, problem, tuner
-from trident.policies.trident.inner import inner_targets, room_of
-from trident.policies.trident.phases import Phases, Stuck, hold_tasks
+from trident.plan.rollout import RolloutInputs, plan_rollout
+from trident.policies.trident import estimates, explore, problem
+from trident.policies.trident.phases import Phases
 from trident.policies.trident.records import Assumed, Bounds, key_of
+from trident.policies.trident.rollouts import RolloutSteps, moves
 from trident.policies.trident.settings import TridentSettings
 from trident.policies.trident.tracking import Observer
+from trident.policies.trident.tuning import BatchTuning
 from trident.types import Decision, OperatorTarget, Plan, Snapshot
 
 
-class TridentPolicy:
+class TridentPolicy(RolloutSteps, BatchTuning):
     """The adaptive policy (see the module docstring)."""
 
     name = "trident"
@@ -252,140 +253,11 @@ class TridentPolicy:
                                                                   if trial is not None else "")
         reason = (f"plan: {result.reason}; {rollout.reason}; from {rates}; steps: {steps} | now: "
                   + "; ".join(st.reason for st in phase))
-        caps, held = self._hold_tasks(snap) if _moves(rollout.steps) else ((), "")
+        caps, held = self._hold_tasks(snap) if moves(rollout.steps) else ((), "")
         decision = self._issue(tuple(st.target for st in phase) + caps, reason + held, now,
                                [*notes, *result.notes], kind="plan")
         self.phases.plan_seq = self.plan_seq
         return decision
-
-    def _tune(self, snap: Snapshot, ops, prob, planning, now: float, notes: list[str], why: str) -> Decision:
-        """The allocation stays (settled, or its change does not pay): the bottleneck's next batch
-        size, the best one measured once the search is over, or a keep saying ``why``. (After a
-        trial of batch 64 on 6 replicas measured below 32 on 8, the memory its heap took made the
-        current plan invalid; the drain the planner offered did not pay, and the pool kept the
-        worse batch for the rest of the run instead of going back to the best one measured.)"""
-        trial = self._starting_trial(snap, ops, prob, planning)
-        if trial is None:
-            trial = tuner.next_batch_size(snap, ops, prob, planning.rates, self.tracks, self.settings,
-                                          self.context.seed)
-        if isinstance(trial, tuner.Trial):
-            return self._trial(trial, snap, now, [*notes, why])
-        if trial is not None:
-            notes = [*notes, trial]
-        return Decision(time_s=now, reason=f"keep: {why}", notes=tuple(notes), kind="keep")
-
-    def _fold_trial(self, snap: Snapshot, ops, prob, planning, alloc, targets: tuple[OperatorTarget, ...]):
-        """A plan that grows the bottleneck to at least twice its replicas starts mostly new actors
-        anyway: they start at the batch size the tuner would try next, as its trial, instead of at
-        the old batch and a swap one rolling update later (two cold starts of the whole pool, 45 s
-        on the batch-size scenario). Only as many as fit beside the old replicas (GPUs, and memory
-        at the optimiser's bound per new replica), and at least half the trial's. Returns the
-        targets (the pool's with the trial's batch and replicas) and the trial (``None``: none folded)."""
-        grown = {t.name for t in targets if t.accelerator_type is None and t.replicas is not None
-                 and (now_n := snap.operator(t.name).config.replicas) and t.replicas >= 2 * now_n}
-        if not grown or self.context.memory_limit_bytes is None:
-            return targets, None
-        planned = {o.name: alloc.replicas(o.name) for o in ops if o.config.kind == "actor"}
-        view = [replace(o, actors_running=planned[o.name], actors_pending=0,
-                        config=replace(o.config, replicas=planned[o.name])) if o.name in planned else o
-                for o in snap.operators]
-        after = replace(snap, operators=tuple(view))
-        before = self._tuner_state()
-        trial = tuner.next_batch_size(after, [after.operator(o.name) for o in ops], replace(prob, current=alloc),
-                                      planning.rates, self.tracks, self.settings, self.context.seed, free=True)
-        trial = trial if isinstance(trial, tuner.Trial) else None
-        # the tuner saw the planned pool: what fits is judged beside the actors running now
-        n = self._beside(snap, trial) if trial is not None and trial.target.name in grown else 0
-        if trial is None or n < max(math.ceil(trial.target.replicas / 2),
-                                    2 * (snap.operator(trial.target.name).config.replicas or 0)):
-            self._restore_tuner(before)  # not tried: the tuner's count stands as it was
-            return targets, None
-        beside = _beside_old(trial, n)
-        return tuple(beside.target if x.name == beside.target.name else x for x in targets), beside
-
-    def _starting_trial(self, snap: Snapshot, ops, prob, planning) -> tuner.Trial | None:
-        """A pool still starting (at most half its actors up, the rest pending) starts its pending
-        actors at the batch size the tuner would try next once the pool is up, as its trial: the
-        rollout replaces pending actors anyway, and a trial on the settled pool would be a swap,
-        two cold starts of the whole pool (on the batch-size scenario the inner loop grew Embed
-        1 -> 8 at 12 s; the seven took 31 s to start, the swap to batch 16 then 52 s, half the
-        pool at a time). Only as many as fit beside the running actors, and at least half the
-        trial's; ``None`` when no pool is starting or the tuner would not try a batch."""
-        starting = {o.name: o.actors_running for o in ops if o.config.kind == "actor" and o.actors_pending > 0
-                    and 0 < 2 * o.actors_running <= (o.config.replicas or 0)}
-        if not starting or self.context.memory_limit_bytes is None:
-            return None
-        view = [replace(o, actors_running=o.config.replicas, actors_pending=0) if o.name in starting else o
-                for o in snap.operators]
-        after = replace(snap, operators=tuple(view))
-        before = self._tuner_state()
-        trial = tuner.next_batch_size(after, [after.operator(o.name) for o in ops], prob, planning.rates,
-                                      self.tracks, self.settings, self.context.seed, free=True)
-        trial = trial if isinstance(trial, tuner.Trial) else None
-        running = starting.get(trial.target.name) if trial is not None else None
-        n = self._beside(snap, trial, held={trial.target.name: running}) if running is not None else 0
-        if trial is None or n < max(math.ceil(trial.target.replicas / 2), 2 * running):
-            self._restore_tuner(before)  # not tried: the tuner's count stands as it was
-            return None
-        beside = _beside_old(trial, n)
-        return replace(beside, replicas_from=running, reason=beside.reason + f" (the pool is starting, {running} of "
-                                                                             f"its actors up: its pending actors "
-                                                                             f"start at the trial's batch)")
-
-    def _beside(self, snap: Snapshot, trial: tuner.Trial, held: dict[str, int] | None = None) -> int:
-        """New replicas of ``trial`` that fit beside the pool's running ones (``held``: replicas
-        each pool holds, default its target): GPUs, and memory at the optimiser's bound per new
-        replica (at most the trial's count)."""
-        t = trial.target
-        c = snap.operator(t.name).config
-        room = room_of(snap, held or {}, self._heaps(snap), self.context.memory_limit_bytes,
-                       margin=self.settings.memory_margin)
-        n = t.replicas
-        if c.num_gpus > 0:
-            n = min(n, math.floor(room.gpus / c.num_gpus + 1e-9))
-        if trial.replica_bytes > 0:
-            n = min(n, math.floor(room.memory_bytes / trial.replica_bytes))
-        return max(n, 0)
-
-    def _tuner_state(self) -> dict[str, tuple[int, bool]]:
-        """Each track's batch-size trials so far and whether its search is settled."""
-        return {n: (tr.bo_tried, tr.bo_settled) for n, tr in self.tracks.items()}
-
-    def _restore_tuner(self, state: dict[str, tuple[int, bool]]) -> None:
-        for name, (tried, settled) in state.items():
-            self.tracks[name].bo_tried, self.tracks[name].bo_settled = tried, settled
-
-    def _trial(self, trial: tuner.Trial, snap: Snapshot, now: float, notes: list[str]) -> Decision:
-        """Roll out a batch-size trial: new replicas first where they fit beside the old ones,
-        else a swap (old replicas replaced half the pool at a time, never more at once than the
-        smaller of the old pool and the trial's)."""
-        t, swap = trial.target, trial.swap
-        if swap:
-            t = replace(t, swap=True)
-        how = "swapped half the pool at a time" if swap else "new first"
-        phases = [(RolloutStep(operator=t.name, action="update", replicas_from=trial.replicas_from,
-                               replicas_to=t.replicas, target=t, phase=PHASE_UP,
-                               reason=f"rolling update of {t.name} to batch_size {t.batch_size} on {t.replicas} "
-                                      f"replica(s), {how}"),)]
-        self.bounds[t.name] = Bounds(lo=t.replicas, hi=t.replicas, why="the batch-size trial")
-        phase = self.phases.start(phases, now, trial=True)
-        reason = f"{trial.reason} | now: " + "; ".join(st.reason for st in phase)
-        caps, held = self._hold_tasks(snap) if swap else ((), "")
-        decision = self._issue(tuple(st.target for st in phase) + caps, reason + held, now, notes, kind="tune")
-        self.phases.plan_seq = self.plan_seq
-        return decision
-
-    @staticmethod
-    def _hold_tasks(snap: Snapshot) -> tuple[tuple[OperatorTarget, ...], str]:
-        """Task operators held at their running tasks while actors start in the room old ones
-        leave (Ray gives a freed CPU to whichever request comes first: task operators' new tasks
-        kept a type move's actors pending for 20 s on the two-types scenario); the caps and
-        the words for the reason."""
-        caps = hold_tasks(snap)
-        if not caps:
-            return (), ""
-        return caps, ("; task operators held at their running tasks (" + ", ".join(
-            f"{c.name} <= {c.replicas}" for c in caps) + ") so that the CPUs old replicas leave wait for the new ones")
 
     def _explore(self, snap: Snapshot, ops, prob, now: float, notes: list[str]) -> Decision | None:
         """Pin GPU pools to accelerator types they were not measured on (see :mod:`.explore`),
@@ -402,7 +274,7 @@ class TridentPolicy:
                                              remaining_rows=None, cold_start_s={}, utilisation={}))
         phase = self.phases.start(rollout.phases(), now)
         reason = "; ".join(why for _, why in pins) + " | now: " + "; ".join(st.reason for st in phase)
-        caps, held = self._hold_tasks(snap) if _moves(rollout.steps) else ((), "")
+        caps, held = self._hold_tasks(snap) if moves(rollout.steps) else ((), "")
         decision = self._issue(tuple(st.target for st in phase) + caps, reason + held, now, notes, kind="plan")
         self.phases.plan_seq = self.plan_seq
         return decision
@@ -455,104 +327,6 @@ class TridentPolicy:
                 n = max(n, o.config.min_replicas)
                 self.bounds[o.name] = Bounds(lo=n, hi=n, why=why)
 
-    # --- rollout phases ------------------------------------------------------------------------
-
-    def _rollout(self, snap: Snapshot, now: float, notes: list[str]) -> Decision:
-        s = self.settings
-        waiting = self.phases.settling(snap)
-        stuck = self.phases.stuck(snap, now, patience_steps=s.stuck_intervals,
-                                  cold_start_s={n: estimates.cold_start_s(tr, snap.operator(n), s)
-                                                for n, tr in self.tracks.items() if n in self.phases.operators()},
-                                  heap_bytes=self._heaps(snap), memory_limit_bytes=self.context.memory_limit_bytes,
-                                  margin=s.memory_margin)
-        if stuck is not None and not stuck.drain:
-            return self._replan(stuck, snap, now, notes)
-        timed_out = now - self.phases.started_s >= s.rollout_timeout_s
-        if waiting and not timed_out and stuck is None:
-            return Decision(time_s=now, reason=f"rollout: waiting for {', '.join(st.operator for st in waiting)} "
-                                               f"to reach its target", notes=tuple(notes), kind="rollout")
-        trial = self.phases.trial
-        phase = self.phases.advance(now)
-        self.last_plan_s = now
-        if not phase:
-            if trial:  # the trial's point is its measurement: the planner looks as soon as it is in,
-                # not a dwell later (batch-size scenario: 8 x batch 32 waited 3 s on it, and 15 s
-                # where nothing else ended the dwell)
-                self.replan_now, self.last_look_s, self.phases.trial = True, None, False
-            return Decision(time_s=now, reason="rollout complete" + (" (timed out waiting)" if timed_out else ""),
-                            notes=tuple(notes), kind="rollout")
-        after = f" ({stuck.obstacle})" if stuck is not None else " after a timeout" if timed_out else ""
-        reason = f"rollout: next phase{after} | now: " + "; ".join(st.reason for st in phase)
-        decision = self._issue(tuple(st.target for st in phase), reason, now, notes, kind="rollout")
-        self.phases.plan_seq = self.plan_seq
-        return decision
-
-    def _replan(self, stuck: Stuck, snap: Snapshot, now: float, notes: list[str]) -> Decision:
-        """A pool stands short of its target: end the rollout, name the obstacle, plan again
-        around it (task caps that free CPUs, or at most what the pool reached)."""
-        self.phases.clear()
-        self.replan_now = True
-        self.last_look_s = None
-        reason = (f"replan: {stuck.operator} stays at {stuck.reached} of {stuck.wanted} replicas: "
-                  f"{stuck.obstacle}")
-        if stuck.task_caps:
-            caps = ", ".join(f"{t.name} <= {t.replicas}" for t in stuck.task_caps)
-            return self._issue(stuck.task_caps, f"{reason}; capping task concurrency to make room: {caps}",
-                               now, notes, kind="replan")
-        if not stuck.short:  # nothing is short: cancelling the pending actors would only start them again
-            # later (on the PDF benchmark OCR's 4 new actors were cancelled at 1 of 5, three times, 100 s)
-            self.ceilings[stuck.operator] = (Bounds(lo=0, hi=stuck.wanted, why=stuck.obstacle), now)
-            return Decision(time_s=now, reason=f"{reason}; its target stays (nothing is short: the actors start "
-                                               f"when Ray gets to them) and the plan is redone", notes=tuple(notes),
-                            kind="replan")
-        # held at what it reached, never below what it had before the step (actors of its own
-        # still starting are not the obstacle; holding a bottleneck below them cost 37 s at one
-        # replica on the regime-shift scenario) unless the step shrank it: a batch-size trial
-        # on fewer replicas (held at the old 8 at batch 64, the pool broke the memory limit)
-        hold = max(stuck.reached, min(stuck.before, stuck.wanted), 1)
-        self.ceilings[stuck.operator] = (Bounds(lo=0, hi=hold, why=stuck.obstacle), now)
-        b = self.bounds.get(stuck.operator)
-        if b is not None and b.lo > hold:
-            self.bounds[stuck.operator] = Bounds(lo=hold, hi=b.hi, why=stuck.obstacle)
-        target = OperatorTarget(name=stuck.operator, replicas=hold)
-        return self._issue((target,), f"{reason}; holding it at {target.replicas} until the plan is redone",
-                           now, notes, kind="replan")
-
-    # --- the inner loop ------------------------------------------------------------------------
-
-    def _inner(self, snap: Snapshot, now: float, notes: list[str]) -> Decision | None:
-        targets, reasons, self.held_back = inner_targets(
-            snap, {**self.bounds, **self._first_batch_holds(snap)}, self._heaps(snap),
-            memory_limit_bytes=self.context.memory_limit_bytes, settings=self.settings, skip=self.phases.operators(),
-            wanted=self.held_back)
-        fresh = [(t, r) for t, r in zip(targets, reasons) if self.inner_sent.get(t.name) != t.replicas]
-        if not fresh:
-            return None
-        targets, reasons = [t for t, _ in fresh], [r for _, r in fresh]
-        self.inner_sent.update({t.name: t.replicas for t in targets})
-        return self._issue(tuple(targets), "inner: " + "; ".join(reasons), now, notes, kind="inner", plan_made=False)
-
-    def _first_batch_holds(self, snap: Snapshot) -> dict[str, Bounds]:
-        """Under a memory limit, with the batch-size search on, a pool no task of which has finished
-        is held at its size: the search may start its new replicas at another batch once the first
-        batch is measured (about one task's time). Grown first, the new replicas would be cancelled
-        for the trial's (batch-size scenario: seven actors started at batch 8 and cancelled a second
-        later for four at batch 32, which then took 23 s to start on two cores). A pool whose heap
-        read now leaves the search no larger batch to certify is not held (:func:`tuner.may_try_larger`)."""
-        limit = self.context.memory_limit_bytes
-        if limit is None or self.settings.bo_trials == 0:
-            return {}
-        heaps = self._heaps(snap)
-        return {o.name: Bounds(lo=o.config.min_replicas, hi=max(o.config.replicas or 1, o.config.min_replicas, 1),
-                               why="no batch measured yet: the batch-size search may choose its new replicas' batch")
-                for o in snap.operators
-                if o.config.kind == "actor" and o.config.batch_size and o.tasks_finished == 0 and not o.completed
-                and tuner.may_try_larger(snap, o, heaps, limit)}
-
-    def _heaps(self, snap: Snapshot) -> dict[str, float]:
-        return {o.name: estimates.heap(self.tracks[o.name], key_of(o.config), self.settings)
-                for o in snap.operators if o.name in self.tracks}
-
     # --- helpers -------------------------------------------------------------------------------
 
     def _pinned_unnamed(self, exclude: set[str]) -> tuple[OperatorTarget, ...]:
@@ -587,16 +361,3 @@ class TridentPolicy:
         slowest cold start observed when that is longer (a change must pay for itself)."""
         cold = max((tr.cold_start_s for tr in self.tracks.values() if tr.cold_start_s is not None), default=0.0)
         return max(self.settings.min_dwell_s, self.settings.dwell_cold_starts * cold)
-
-
-def _moves(steps) -> bool:
-    """Whether a rollout starts actors in the room old ones leave on a node: a move to another
-    accelerator type, or a swap."""
-    return any(st.target.accelerator_type is not None or st.target.swap for st in steps)
-
-
-def _beside_old(trial: tuner.Trial, n: int) -> tuner.Trial:
-    """``trial`` on ``n`` new replicas started beside the old ones (new first, no swap)."""
-    reason = trial.reason.split("; no room for new replicas")[0].replace(
-        f"on {trial.target.replicas} replica(s)", f"on {n} replica(s)")
-    return replace(trial, target=replace(trial.target, replicas=n, swap=False), swap=False, reason=reason)
