@@ -1246,7 +1246,7 @@ def test_after_a_change_one_batch_measured_is_capped_by_the_last_regimes_batch_l
     from trident.optimize import Knobs, Observation
     from trident.optimize.safe_bo import Suggestion
     from trident.policies.trident.records import ConfigKey, RateSample
-    from trident.policies.trident.tracking import batch_shape
+    from trident.policies.trident.track import batch_shape
     from trident.policies.trident.tuner import _affine_gain, _not_paying
 
     MiB = 2**20

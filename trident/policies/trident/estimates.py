@@ -8,7 +8,7 @@ from trident.errors import ConfigError
 from trident.model.features import ConfigFeatures
 from trident.policies.trident.records import ConfigKey, Estimate, key_of
 from trident.policies.trident.settings import TridentSettings
-from trident.policies.trident.tracking import OperatorTrack, busy_rate, mostly_starting
+from trident.policies.trident.track import OperatorTrack, busy_rate, mostly_starting
 from trident.types import OperatorSnapshot, Snapshot
 
 

@@ -11,7 +11,7 @@ several types, the MILP places it where it is relatively fastest. Pure: no Ray, 
 from __future__ import annotations
 
 from trident.policies.trident.records import ConfigKey
-from trident.policies.trident.tracking import OperatorTrack
+from trident.policies.trident.track import OperatorTrack
 from trident.types import OperatorSnapshot, OperatorTarget, Snapshot
 
 

@@ -18,7 +18,7 @@ from trident.plan.placement import (
 from trident.policies.trident import estimates
 from trident.policies.trident.records import ConfigKey, Estimate, key_of
 from trident.policies.trident.settings import TridentSettings
-from trident.policies.trident.tracking import OperatorTrack
+from trident.policies.trident.track import OperatorTrack
 from trident.types import OperatorSnapshot, OperatorTarget, Snapshot
 
 TYPE_SPEEDUP = 1.5

@@ -24,7 +24,7 @@ from trident.policies.trident import estimates
 from trident.policies.trident.problem import remaining_s, utilisation
 from trident.policies.trident.records import ConfigKey, Estimate, key_of
 from trident.policies.trident.settings import TridentSettings
-from trident.policies.trident.tracking import OperatorTrack
+from trident.policies.trident.track import OperatorTrack
 from trident.types import OperatorSnapshot, OperatorTarget, Snapshot
 
 
