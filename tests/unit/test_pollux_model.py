@@ -151,3 +151,15 @@ def test_a_pollux_job_larger_than_the_cluster_is_a_named_bad_row(tmp_path):
         load_pollux(f)
     trace = load_pollux(f, skip_bad=True)
     assert [j.job_id for j in trace.jobs] == ["a"]
+
+
+def test_a_pollux_job_with_no_batch_is_a_named_bad_row(tmp_path):
+    """A zero or negative batch size names the field and the line instead of dividing by zero."""
+    from trident.sim.loaders.pollux import load_pollux
+    from trident.errors import TraceFormatError
+
+    f = tmp_path / "workload.csv"
+    f.write_text("name,time,application,num_replicas,batch_size\na,0,cifar10,2,0\nb,5,cifar10,1,-4\nc,9,cifar10,1,256\n")
+    with pytest.raises(TraceFormatError, match=r"workload.csv:2: batch_size=0"):
+        load_pollux(f)
+    assert [j.job_id for j in load_pollux(f, skip_bad=True).jobs] == ["c"]

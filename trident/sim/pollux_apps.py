@@ -188,6 +188,8 @@ def isolated_run_s(name: str, num_replicas: int, batch_size: int, gpus_per_node:
     app = application(name)
     if num_replicas < 1:
         raise ConfigError("num_replicas", num_replicas, "an integer >= 1")
+    if batch_size < 1:
+        raise ConfigError("batch_size", batch_size, "an integer >= 1")
     lb = app.local_batch(batch_size, num_replicas)
     step_s = app.iteration_s(packed_placement(num_replicas, gpus_per_node), lb)
     bs, p = lb.batch_size(num_replicas), app.progress_by_epoch
