@@ -280,7 +280,7 @@ class Rollout:
             notes.append(f"started {started} new actor(s)")
         draining = self.old & pool.trident_retiring
         serving = sorted(self.old - pool.trident_retiring, key=lambda a: pool._running_actors[a].num_tasks_in_flight)
-        leave = swap_window(self.size, len(self.old)) - len(draining) - pool.num_pending_actors()
+        leave = swap_window(self.size, len(self.old), len(self.kept)) - len(draining) - pool.num_pending_actors()
         if self.kept:  # old actors beyond the target once the kept (and new) ones count leave at once
             leave = max(leave, self.new_size() + len(serving) - self.size)
         for actor in serving[:max(0, leave)]:

@@ -263,7 +263,7 @@ class Actuation:
                                     accelerator_type=st.accelerator_type, ready_at_s=None))
         starting = sum(g.count for g in st.groups if not g.retiring and not self._is_warm(g))
         draining = sum(g.count for g in st.groups if g.retiring and g.release_at_s is not None)
-        leave = swap_window(n, alive_old) - draining - starting
+        leave = swap_window(n, alive_old, sum(g.count for g in st.groups if g.kept)) - draining - starting
         if any(g.kept for g in st.groups):  # old replicas beyond the target once kept and new ones count
             leave = max(leave, sum(g.count for g in st.groups if not g.retiring) + sum(g.count for g in old) - n)
         self._retire(st, old, max(0, leave))
