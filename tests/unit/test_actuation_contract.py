@@ -236,18 +236,9 @@ def test_a_swap_to_a_type_the_pool_already_holds_enough_of_drains_the_others_at_
     """Detect moves to B with a target of 2 and has 2 actors there: its 4 actors on A are all
     surplus and stop getting work in the first step (the GPUs they hold are wanted), none is
     started, and the kept ones on B are never scaled down."""
-    from trident.ray_data.rollout import Rollout
-
-    op, pool = _fake_op(6)
-    for i, state in enumerate(pool._running_actors.values()):
-        state.actor_location = "a" if i < 4 else "b"
-    roll = Rollout(op=op, target=OperatorTarget(name="m", accelerator_type="B", replicas=2, swap=True), size=2,
-                   node_type={"a": "A", "b": "B"}, type_only=True)
-    roll.step(0.0)
+    pool, roll = _move_to_b(6, on_a=4, replicas=2)
     assert pool.trident_retiring == {f"old{i}" for i in range(4)} and pool.pending == 0
-    for a in list(pool.trident_retiring):
-        pool._running_actors[a].num_tasks_in_flight = 0
-    roll.step(1.0)
+    _drained_step(pool, roll)
     assert roll.done and set(pool._running_actors) == {"old4", "old5"} and not pool.released[4:]
 
 
@@ -255,54 +246,62 @@ def test_a_swap_beside_kept_actors_drains_its_old_half_at_once():
     """Two-types: Detect moves to B with two of its four actors there (kept, serving): both on A stop
     getting work in the first step, and two new ones start once they are gone (one at a time, the
     second drain waited for the first successor: 9.7 s to the target)."""
-    from trident.ray_data.rollout import Rollout
-
-    op, pool = _fake_op(4)
-    for i, state in enumerate(pool._running_actors.values()):
-        state.actor_location = "a" if i < 2 else "b"
-    roll = Rollout(op=op, target=OperatorTarget(name="m", accelerator_type="B", replicas=4, swap=True), size=4,
-                   node_type={"a": "A", "b": "B"}, type_only=True)
-    roll.step(0.0)
+    pool, roll = _move_to_b(4, on_a=2, replicas=4)
     assert pool.trident_retiring == {"old0", "old1"} and pool.pending == 0
-    for a in list(pool.trident_retiring):
-        pool._running_actors[a].num_tasks_in_flight = 0
-    roll.step(1.0)
+    _drained_step(pool, roll)
     assert roll.done and pool.pending == 2 and set(pool._running_actors) == {"old2", "old3"}
 
 
-def test_a_swap_beside_kept_replicas_drains_its_old_half_at_once_on_the_simulator():
-    model = SimOperator(name="model", kind="actor", peak_rows_per_s=(("A", 10.0), ("B", 10.0)), replicas=4,
+def _move_to_b(n: int, *, on_a: int, replicas: int):
+    """A pool of ``n`` busy actors, the first ``on_a`` on type A and the rest on B, after the first
+    step of a swap to ``replicas`` on B (an update of the type alone)."""
+    from trident.ray_data.rollout import Rollout
+
+    op, pool = _fake_op(n)
+    for i, state in enumerate(pool._running_actors.values()):
+        state.actor_location = "a" if i < on_a else "b"
+    roll = Rollout(op=op, target=OperatorTarget(name="m", accelerator_type="B", replicas=replicas, swap=True),
+                   size=replicas, node_type={"a": "A", "b": "B"}, type_only=True)
+    roll.step(0.0)
+    return pool, roll
+
+
+def _drained_step(pool, roll) -> None:
+    """The drained actors finish their tasks; the update's next step."""
+    for a in list(pool.trident_retiring):
+        pool._running_actors[a].num_tasks_in_flight = 0
+    roll.step(1.0)
+
+
+def _typed_sim(replicas: int, gpus_a: int, gpus_b: int, target: OperatorTarget):
+    """A pool of ``replicas`` one-GPU replicas placed on type A's ``gpus_a`` GPUs, then type B's
+    ``gpus_b``, on the simulator; ``target`` applied once they are up and half a second run after
+    it. Returns the simulator, the pool's state and its replicas serving on each type then."""
+    model = SimOperator(name="model", kind="actor", peak_rows_per_s=(("A", 10.0), ("B", 10.0)), replicas=replicas,
                         max_replicas=8, num_gpus=1, batch_size=10, cold_start_s=1.0)
     src = SimOperator(name="read", kind="task", peak_rows_per_s=(("cpu", 1e4),), replicas=1)
-    spec = PipelineSpec(operators=(src, model), nodes=(SimNodes(count=1, cpus=64, gpus=2, gpu_type="A"),
-                                                       SimNodes(count=1, cpus=64, gpus=2, gpu_type="B")),
+    spec = PipelineSpec(operators=(src, model), nodes=(SimNodes(count=1, cpus=64, gpus=gpus_a, gpu_type="A"),
+                                                       SimNodes(count=1, cpus=64, gpus=gpus_b, gpu_type="B")),
                         total_rows=100_000, noise=0.0, spike_prob=0.0)
     sim = PipelineSim(spec, policy="ray")
     for _ in range(4):
         sim._advance(0.5)
     st = sim.ops[1]
-    assert sorted((g.gpu_type, g.count) for g in st.groups) == [("A", 2), ("B", 2)]
-    sim._apply(OperatorTarget(name="model", accelerator_type="B", replicas=4, swap=True))
+    assert sorted((g.gpu_type, g.count) for g in st.groups) == [("A", min(replicas, gpus_a)),
+                                                               ("B", replicas - min(replicas, gpus_a))]
+    sim._apply(target)
     sim._advance(0.5)
-    serving = {t: sum(g.count for g in st.groups if g.gpu_type == t and g.release_at_s is None) for t in ("A", "B")}
+    return sim, st, {t: sum(g.count for g in st.groups if g.gpu_type == t and g.release_at_s is None)
+                     for t in ("A", "B")}
+
+
+def test_a_swap_beside_kept_replicas_drains_its_old_half_at_once_on_the_simulator():
+    _, st, serving = _typed_sim(4, 2, 2, OperatorTarget(name="model", accelerator_type="B", replicas=4, swap=True))
     assert serving == {"A": 0, "B": 2}, st.groups
 
 
 def test_a_swap_to_a_type_the_pool_already_holds_enough_of_drains_the_others_at_once_on_the_simulator():
-    model = SimOperator(name="model", kind="actor", peak_rows_per_s=(("A", 10.0), ("B", 10.0)), replicas=6,
-                        max_replicas=8, num_gpus=1, batch_size=10, cold_start_s=1.0)
-    src = SimOperator(name="read", kind="task", peak_rows_per_s=(("cpu", 1e4),), replicas=1)
-    spec = PipelineSpec(operators=(src, model), nodes=(SimNodes(count=1, cpus=64, gpus=4, gpu_type="A"),
-                                                       SimNodes(count=1, cpus=64, gpus=2, gpu_type="B")),
-                        total_rows=100_000, noise=0.0, spike_prob=0.0)
-    sim = PipelineSim(spec, policy="ray")
-    for _ in range(4):
-        sim._advance(0.5)
-    st = sim.ops[1]
-    assert sorted((g.gpu_type, g.count) for g in st.groups) == [("A", 4), ("B", 2)]
-    sim._apply(OperatorTarget(name="model", accelerator_type="B", replicas=2, swap=True))
-    sim._advance(0.5)
-    on = {t: sum(g.count for g in st.groups if g.gpu_type == t and g.release_at_s is None) for t in ("A", "B")}
+    sim, st, on = _typed_sim(6, 4, 2, OperatorTarget(name="model", accelerator_type="B", replicas=2, swap=True))
     assert on == {"A": 0, "B": 2} and all(g.ready_at_s is not None for g in st.groups), st.groups
     for _ in range(10):
         sim._advance(0.5)
