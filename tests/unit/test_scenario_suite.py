@@ -113,3 +113,32 @@ def test_the_tuned_setup_is_the_best_fixed_one_and_never_beats_the_work_bound():
     # queues bounded by the object store: phase by phase, the split one phase needs starves the other
     setups, work_s = tuned_setup(all_["long-shift"])
     assert work_s > 1.4 * work_bound_s(all_["long-shift"]) and [s.replicas for s in setups] == [4, 4]
+
+
+def test_rounds_take_each_ratio_within_their_round_and_sum_up_as_medians(tmp_path):
+    """Ray's placement on two types is luck: over rounds a ratio is taken against the Ray run of
+    the same round, and the medians name the spread."""
+    from trident.demos.suite import Run, plot, result
+
+    sc = scenarios()["two-types"]
+
+    def run(policy, wall, round_):
+        return Run(policy=policy, wall_s=wall, rows_lost=0, rows_duplicated=0, oom_kills=0, summary={}, round=round_)
+
+    runs = [run("ray", 400.0, 1), run("trident", 250.0, 1), run("ray", 300.0, 2), run("trident", 260.0, 2),
+            run("ray", 320.0, 3), run("trident", 256.0, 3)]
+    res = result(sc, runs, scale=1.0, started="t")
+    rows = [r for r in res["rows"] if r["policy"] == "trident"]
+    assert [r["round"] for r in rows] == [1, 2, 3]
+    assert [r["ratio_to_baseline"] for r in rows] == [1.6, round(300 / 260, 3), 1.25]
+    med = res["medians"]["trident"]
+    assert (res["rounds"], med["runs"], med["median_wall_s"]) == (3, 3, 256.0)
+    assert (med["median_ratio_to_baseline"], med["min_ratio_to_baseline"], med["max_ratio_to_baseline"]) == \
+        (1.25, round(300 / 260, 3), 1.6)
+    bound = next(r for r in res["rows"] if r["policy"] == "bound")
+    assert bound["ratio_to_baseline"] == round(320.0 / bound["wall_s"], 3)  # to Ray's median run
+    plot([res], str(tmp_path / "p.png"))
+    assert (tmp_path / "p.png").stat().st_size > 0
+    # one round: the shape of a single run, no round or medians
+    single = result(sc, runs[:2], scale=1.0, started="t")
+    assert "medians" not in single and all("round" not in r for r in single["rows"])

@@ -32,11 +32,13 @@ import os
 import shutil
 import statistics
 import tempfile
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from trident.demos.bench import MemoryWatchdog, wait_for_exit, wait_until_idle
+from trident.errors import ConfigError
 
 POLICIES = ("static", "tuned", "ray", "ds2", "trident")
 GPU_TYPES = ("A", "B")
@@ -288,6 +290,8 @@ class Run:
     """Seconds until a tenth of the rows were out of the last model stage (start-up and fill)."""
     steady_rows_per_s: float | None = None
     """Rows per second out of the last model stage between a quarter and three quarters of the rows."""
+    round: int = 1
+    """Which round of the policies this run was in (``--repeat``; each round runs every policy once)."""
 
 
 def run_once(sc: Scenario, policy: str, *, interval_s: float = 1.0) -> Run:
@@ -382,7 +386,9 @@ def start_cluster():
 
 
 def result(sc: Scenario, runs: list[Run], *, scale: float, started: str) -> dict:
-    """One scenario's runs as a RESULTS.md-shaped dict, ratios to ``ray`` and to the work bound."""
+    """One scenario's runs as a RESULTS.md-shaped dict, ratios to the ``ray`` run of the same round
+    and to the work bound; with several rounds each row names its round, and ``medians`` sums the
+    rounds up per policy."""
     import platform
 
     import ray
@@ -390,11 +396,11 @@ def result(sc: Scenario, runs: list[Run], *, scale: float, started: str) -> dict
     import trident
 
     bound = work_bound_s(sc)
-    base = next((r for r in runs if r.policy == "ray" and not r.error), None)
-    tuned = next((r for r in runs if r.policy == "tuned" and not r.error), None)
     even = all(len(set(st.per_row_s)) == 1 for st in sc.stages)  # no shift: the bound's pace is even
+    rounds = max(r.round for r in runs) if runs else 1
     rows = []
     for r in runs:
+        base, tuned = _first(runs, "ray", r.round), _first(runs, "tuned", r.round)  # ratios within a round
         row = {"policy": r.policy, "wall_s": round(r.wall_s, 2),
                "throughput_rows_per_s": round(sc.rows / r.wall_s, 2) if r.wall_s > 0 else 0.0,
                "rows_lost": r.rows_lost, "rows_duplicated": r.rows_duplicated, "oom_kills": r.oom_kills,
@@ -426,12 +432,15 @@ def result(sc: Scenario, runs: list[Run], *, scale: float, started: str) -> dict
                 row["steady_ratio_to_bound"] = round(r.steady_rows_per_s * bound / sc.rows, 3)
         if r.error:
             row["error"] = r.error
+        if rounds > 1:
+            row["round"] = r.round
         rows.append(row)
+    ray_walls = [r.wall_s for r in runs if r.policy == "ray" and not r.error]
     bound_row = {"policy": "bound", "wall_s": round(bound, 2), "throughput_rows_per_s": round(sc.rows / bound, 2),
                  "note": "calibrated work on the best memory-feasible split and type, largest safe batch; "
                          "no cold start, fill or drain"}
-    if base is not None:
-        bound_row["ratio_to_baseline"] = round(base.wall_s / bound, 3)
+    if ray_walls:  # over rounds, to Ray's median run
+        bound_row["ratio_to_baseline"] = round(statistics.median(ray_walls) / bound, 3)
     if even:
         bound_row["first_tenth_s"] = round(bound / 10, 2)
     rows.append(bound_row)
@@ -453,7 +462,30 @@ def result(sc: Scenario, runs: list[Run], *, scale: float, started: str) -> dict
                                 "runs; each run starts once the last one's stand-ins have exited"},
         "baseline": "ray",
         "rows": rows,
+        **({"rounds": rounds, "medians": medians(rows)} if rounds > 1 else {}),
     }
+
+
+def _first(runs: list[Run], policy: str, round_: int | None = None) -> Run | None:
+    """The first run of ``policy`` that finished (in round ``round_`` where given)."""
+    return next((r for r in runs if r.policy == policy and not r.error and round_ in (None, r.round)), None)
+
+
+def medians(rows: list[dict]) -> dict:
+    """Per policy over its rounds: the median wall and the median, lowest and highest of its ratios
+    to ``ray`` (each taken within its own round, where that round's ``ray`` run finished)."""
+    out = {}
+    for policy in dict.fromkeys(r["policy"] for r in rows if "round" in r):
+        mine = [r for r in rows if r["policy"] == policy and "round" in r and "error" not in r]
+        if not mine:
+            continue
+        entry = {"runs": len(mine), "median_wall_s": round(statistics.median(r["wall_s"] for r in mine), 2)}
+        ratios = [r["ratio_to_baseline"] for r in mine if "ratio_to_baseline" in r]
+        if ratios:
+            entry.update(median_ratio_to_baseline=round(statistics.median(ratios), 3),
+                         min_ratio_to_baseline=min(ratios), max_ratio_to_baseline=max(ratios))
+        out[policy] = entry
+    return out
 
 
 def plot(results: list[dict], path: str) -> None:
@@ -466,28 +498,39 @@ def plot(results: list[dict], path: str) -> None:
     fig, axes = plt.subplots(1, len(results), figsize=(3.2 * len(results), 3.6), squeeze=False)
     for ax, res in zip(axes[0], results):
         rows = [r for r in res["rows"] if r["policy"] != "bound"]
-        names = [r["policy"] for r in rows]
-        ax.bar(names, [r.get("ratio_to_baseline", 0.0) for r in rows],
+        names = list(dict.fromkeys(r["policy"] for r in rows))
+        per = {n: [r.get("ratio_to_baseline", 0.0) for r in rows if r["policy"] == n] for n in names}
+        mid = [statistics.median(per[n]) for n in names]
+        spread = [[m - min(per[n]) for n, m in zip(names, mid)], [max(per[n]) - m for n, m in zip(names, mid)]]
+        ax.bar(names, mid, yerr=spread if res.get("rounds", 1) > 1 else None, capsize=3,
                color=[{"trident": "#1f77b4", "tuned": "#2ca02c"}.get(n, "#999999") for n in names])
         bound = next(r for r in res["rows"] if r["policy"] == "bound")
         if "ratio_to_baseline" in bound:
             ax.axhline(bound["ratio_to_baseline"], linestyle=":", color="k", label="work bound")
-        for i, r in enumerate(rows):
-            if r.get("oom_kills"):
-                ax.text(i, 0.05, f"{r['oom_kills']} OOM", ha="center", color="#d62728", fontsize=8, rotation=90)
+        for i, n in enumerate(names):
+            kills = sum(r.get("oom_kills", 0) for r in rows if r["policy"] == n)
+            if kills:
+                ax.text(i, 0.05, f"{kills} OOM", ha="center", color="#d62728", fontsize=8, rotation=90)
         ax.set_title(res["workload"]["name"], fontsize=10)
         ax.set_ylabel("throughput / ray")
         ax.tick_params(axis="x", labelsize=8)
     axes[0][0].legend(fontsize=8, loc="upper left")
-    fig.suptitle("scenario suite (calibrated stand-ins, logical GPUs; one run per policy, side by side)", fontsize=10)
+    rounds = max(res.get("rounds", 1) for res in results)
+    title = "scenario suite (calibrated stand-ins, logical GPUs; " + (
+        "one run per policy, side by side)" if rounds == 1 else
+        f"{rounds} rounds of every policy side by side: median ratio within a round, whiskers min-max)")
+    fig.suptitle(textwrap.fill(title, width=int(11 * 3.2 * len(results)), break_on_hyphens=False), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
 def run_suite(*, names: tuple[str, ...], policies: tuple[str, ...] = POLICIES, scale: float = 1.0,
-              out_dir: str = "benchmarks/results", interval_s: float = 1.0, log=print) -> list[str]:
-    """Every scenario under every policy on one cluster; one JSON per scenario and one PNG."""
+              out_dir: str = "benchmarks/results", interval_s: float = 1.0, repeat: int = 1,
+              log=print) -> list[str]:
+    """Every scenario under every policy on one cluster, ``repeat`` rounds of the policies in turn
+    (a round runs each policy once, so a ratio is taken within a round); one JSON per scenario and
+    one PNG."""
     import json
 
     import ray
@@ -495,9 +538,9 @@ def run_suite(*, names: tuple[str, ...], policies: tuple[str, ...] = POLICIES, s
     all_ = scenarios()
     unknown = [n for n in names if n not in all_]
     if unknown:
-        from trident.errors import ConfigError
-
         raise ConfigError("scenario", unknown, f"names from {sorted(all_)}")
+    if repeat < 1:
+        raise ConfigError("repeat", repeat, "a whole number of rounds, at least 1")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cluster = start_cluster()
@@ -510,13 +553,14 @@ def run_suite(*, names: tuple[str, ...], policies: tuple[str, ...] = POLICIES, s
             sc = all_[name].scaled(scale)
             started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             runs = []
-            for policy in policies:
-                r = run_once(sc, policy, interval_s=interval_s)
+            for round_, policy in itertools.product(range(1, repeat + 1), policies):
+                r = dataclasses.replace(run_once(sc, policy, interval_s=interval_s), round=round_)
                 runs.append(r)
+                tag = f"{policy}-{round_}" if repeat > 1 else policy
                 if r.record is not None:  # the full run record, for reading what each policy did
                     (out / "runs").mkdir(exist_ok=True)
-                    r.record.to_json(str(out / "runs" / f"scenario_suite-{name}-{policy}.json"))
-                log(f"{name:13s} {policy:8s} {r.wall_s:7.1f} s  OOM kills {r.oom_kills}  lost {r.rows_lost}  "
+                    r.record.to_json(str(out / "runs" / f"scenario_suite-{name}-{tag}.json"))
+                log(f"{name:13s} {tag:10s} {r.wall_s:7.1f} s  OOM kills {r.oom_kills}  lost {r.rows_lost}  "
                     f"dup {r.rows_duplicated}" + (f"  error {r.error}" if r.error else ""))
             res = result(sc, runs, scale=scale, started=started)
             results.append(res)
