@@ -461,6 +461,46 @@ def test_no_pool_grows_beside_an_operator_whose_rate_is_only_a_stall_bound():
     assert free == specs
 
 
+def test_after_a_change_a_pool_moves_only_the_way_its_data_changed_until_its_rate_is_measured():
+    """Long-shift's record at 229.8 s: Detect's rows turned cheap (55 rows/s per replica, busy time
+    45.7 since) and Embed's dear (49.4 -> 22.6 over mixed windows, 12.5 in truth), on 2 + 6 of 8
+    slots. On those estimates the solver moves one replica back to Detect (3 + 5), which the next
+    plan undid once Embed read 12.5; held to the way their data changed, the pools stay 2 + 6.
+    Once the rates are measured nothing is held."""
+    from types import SimpleNamespace
+
+    from trident.plan.milp import solve_placement
+    from trident.plan.placement import Allocation, DeviceOption, NodeType, OperatorSpec, PlacementProblem
+    from trident.policies.trident.records import Estimate
+
+    def pool(name, replicas):
+        return OperatorSnapshot(name=name, index=1 if name == "detect" else 2, actors_running=replicas,
+                                config=OperatorConfig(kind="actor", replicas=replicas, min_replicas=1, max_replicas=6,
+                                                      num_gpus=0.5))
+
+    ops = [pool("detect", 2), pool("embed", 6)]
+    specs = [OperatorSpec(name=o.name, options=(DeviceOption(device="gpu", rate_rows_per_s=r, cpus=1.0, gpus=0.5),),
+                          min_replicas=1, max_replicas=6, single_device=True) for o, r in zip(ops, (45.7, 22.6))]
+    tracks = {"detect": SimpleNamespace(shift=55.3 / 12.5), "embed": SimpleNamespace(shift=22.6 / 49.4)}
+    first = {"detect": Estimate(45.7, "busy time"), "embed": Estimate(22.6, "last window")}
+
+    def solve(sp):
+        return solve_placement(PlacementProblem(
+            operators=tuple(sp), node_types=(NodeType(name="gpu", count=1, cpus=16, gpus=4),), hysteresis=0.1,
+            current=Allocation.of({("detect", "gpu", "gpu"): 2, ("embed", "gpu", "gpu"): 6}), horizon_s=200.0))
+
+    free = solve(specs)
+    assert free.changed and (free.allocation.replicas("detect"), free.allocation.replicas("embed")) == (3, 5)
+    held_specs, held = problem.along_the_shift(specs, ops, tracks, first)
+    assert [(sp.min_replicas, sp.max_replicas) for sp in held_specs] == [(1, 2), (6, 6)]
+    assert len(held) == 2 and "embed held to at least 6 replicas: it got slower" in held[1] and "last window" in held[1]
+    assert not solve(held_specs).changed
+    measured = {"detect": Estimate(50.0, "measured"), "embed": Estimate(12.5, "measured")}
+    assert problem.along_the_shift(specs, ops, tracks, measured) == (specs, ())
+    unchanged = {"detect": SimpleNamespace(shift=None), "embed": SimpleNamespace(shift=None)}
+    assert problem.along_the_shift(specs, ops, unchanged, first) == (specs, ())
+
+
 def test_a_stall_bound_stays_a_bound_when_a_straggler_of_the_old_rows_ends_the_stall():
     """PDF benchmark: a batch of text pages finished 5 s into the scanned pages' stall; the bound
     (1.85 rows/s per replica) was then planned with as a measured rate ("first windows"), and a
@@ -528,7 +568,9 @@ def test_a_pool_whose_input_is_all_handed_out_is_not_scaled_up():
 def test_a_first_estimate_does_not_shrink_a_backlogged_pool_in_its_first_regime_only():
     """4 replicas of ocr, every slot busy and input queued, its rate known only from busy time:
     the plan may not shrink it in its first regime (first tasks can be unrepresentative); after
-    a detected change the same estimate may (the windows that showed the change measured it)."""
+    a detected change the same estimate may (the windows that showed the change measured it),
+    where the change made it faster (after one that made it slower it is held until its rate is
+    measured: :func:`problem.along_the_shift`)."""
     from trident.detect.changepoint import ChangeEvent
 
     policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5 * GiB, seed=0),
@@ -548,9 +590,9 @@ def test_a_first_estimate_does_not_shrink_a_backlogged_pool_in_its_first_regime_
 
     assert ocr_spec().min_replicas == 4
     policy.observer.new_regime(tr, ChangeEvent(signal="ocr rows/s per replica", index=0, changed_at_s=1.0,
-                                               detected_at_s=7.0, mean_before=4.0, mean_after=1.0,
+                                               detected_at_s=7.0, mean_before=0.25, mean_after=1.0,
                                                samples_since_change=2, reason="test"))
-    assert ocr_spec().min_replicas == 1
+    assert (ocr_spec().min_replicas, ocr_spec().max_replicas) == (1, 4)
 
 
 def test_a_memory_limit_below_one_replica_is_said_plainly_and_nothing_grows():

@@ -183,6 +183,7 @@ class TridentPolicy(RolloutSteps, BatchTuning):
             return Decision(time_s=now, reason=planning.why, notes=tuple(notes), kind="observe")
         prob = self._with_ceilings(planning.problem, now)
         self.last_look_s, self.looked_per_type = now, planning.per_type
+        notes = [*notes, *planning.held]
         self.observer.changed = self.replan_now = False
         short = self._below_one_replica(snap, ops)
         if short:

@@ -41,6 +41,8 @@ class Planning:
     why: str = ""
     per_type: bool = False
     """Whether the problem plans GPU pools per accelerator type (:class:`TypedView`)."""
+    held: tuple[str, ...] = ()
+    """Pools the plan may move only the way their data changed (:func:`along_the_shift`)."""
 
 
 def plannable(snap: Snapshot) -> list[OperatorSnapshot]:
@@ -128,6 +130,7 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
                                   single_device=o.config.kind == "actor"))
     if len(missing) == len(ops):
         return Planning(None, rates, f"observing: no throughput measured yet for {', '.join(missing)}")
+    specs, held = along_the_shift(specs, ops, tracks, rates)
     specs = no_growth_beside_bounds(specs, ops, rates)
     demands = None
     if settings.plan_work_left:
@@ -143,7 +146,36 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
     left_s = remaining_s(snap, problem, tracks)
     if left_s is not None:  # a cold start is amortised over the work left, at most the horizon
         problem = replace(problem, horizon_s=max(min(settings.horizon_s, left_s), 1.0))
-    return Planning(problem, rates, per_type=per_type)
+    return Planning(problem, rates, per_type=per_type, held=held)
+
+
+def along_the_shift(specs: list[OperatorSpec], ops: list[OperatorSnapshot], tracks: dict[str, OperatorTrack],
+                    rates: dict[str, Estimate]) -> tuple[list[OperatorSpec], tuple[str, ...]]:
+    """Until an actor pool's rate after a regime change is measured (``min_rate_windows`` windows),
+    its estimate blends rows of both regimes, so it errs toward the old rate: a pool that got
+    slower is at most as fast as its estimate, one that got faster at least as fast. A plan then
+    moves it only the way its data changed: one that got slower keeps at least its replicas, one
+    that got faster at most. On long-shift's second shift Embed's rows turned 4x dearer and its
+    estimate read 49.4, 22.6, then 12.4 rows/s per replica; a plan on 22.6 moved one of its six
+    replicas back to Detect, and the next plan took it back. Task operators are left free: their
+    caps make room for the pools. Returns the specs and, per pool held, why."""
+    out, held = [], []
+    for sp, o in zip(specs, ops):
+        shift, est = tracks[o.name].shift, rates.get(o.name)
+        if shift is None or shift == 1.0 or est is None or est.source == "measured" or o.config.kind != "actor":
+            out.append(sp)
+            continue
+        now = _replicas(o)
+        if shift < 1.0:
+            lo = max(sp.min_replicas, now if sp.max_replicas is None else min(now, sp.max_replicas))
+            sp, why = replace(sp, min_replicas=lo), f"at least {lo} replicas: it got slower"
+        else:
+            hi = max(sp.min_replicas, now if sp.max_replicas is None else min(now, sp.max_replicas))
+            sp, why = replace(sp, max_replicas=hi), f"at most {hi} replicas: it got faster"
+        held.append(f"{o.name} held to {why}; its rate since the change ({est.rows_per_s:.3g} rows/s per replica, "
+                    f"{est.source}) is not measured yet")
+        out.append(sp)
+    return out, tuple(held)
 
 
 def no_growth_beside_bounds(specs: list[OperatorSpec], ops: list[OperatorSnapshot],

@@ -201,6 +201,7 @@ class ShiftChecks:
             tr.model = OperatorModel(device_types=tr.model.encoder.device_types, window_samples=self.settings.history,
                                      seed=int(self.rng.integers(2**31 - 1)))
         tr.regime_start_s, tr.needs_fit, tr.matched, tr.bo_tried, tr.bo_settled = start, True, False, 0, False
+        tr.shift = ev.mean_after / ev.mean_before if ev.mean_before > 0 else None
         self.assumed.pop(tr.name, None)
         self.changed = True
         self.regime_changes += 1

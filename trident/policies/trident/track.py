@@ -47,6 +47,9 @@ class OperatorTrack:
     selectivity: float = 1.0
     shifting: list[tuple[float, float]] = field(default_factory=list)
     """(time_s, rows/s) of consecutive windows off the median."""
+    shift: float | None = None
+    """The last regime change's rate after over its rate before (rows/s per replica; above 1 the
+    operator got faster); ``None`` before any change."""
     stall: Stall | None = None
     settling_at: int | None = None
     """While a reconfiguration settles: the operator's finished tasks (rows out, where tasks are
