@@ -162,7 +162,7 @@ def along_the_shift(specs: list[OperatorSpec], ops: list[OperatorSnapshot], trac
     out, held = [], []
     for sp, o in zip(specs, ops):
         shift, est = tracks[o.name].shift, rates.get(o.name)
-        if (shift is None or shift == 1.0 or est is None or est.source in ("measured", "none")
+        if (shift is None or est is None or est.source in ("measured", "none")
                 or o.config.kind != "actor"):  # "none": held as it is already (no evidence to move it)
             out.append(sp)
             continue
