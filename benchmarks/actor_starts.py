@@ -24,7 +24,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 import ray  # noqa: E402
 
 import trident  # noqa: E402
-from trident.ray_data.starts import host_cores  # noqa: E402
+from trident.autoscaler.shim.starts import host_cores  # noqa: E402
 
 
 @ray.remote(num_gpus=0.5, num_cpus=0)

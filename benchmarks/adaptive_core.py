@@ -35,9 +35,9 @@ from pathlib import Path
 import numpy as np
 
 from trident import __version__
-from trident.plan.milp import solve_placement
-from trident.plan.placement import DeviceOption, NodeType, OperatorSpec, PlacementProblem
-from trident.sim.pipeline import PipelineSpec, Regime, SimNodes, SimOperator, simulate
+from trident.core.plan.milp import solve_placement
+from trident.core.plan.placement import DeviceOption, NodeType, OperatorSpec, PlacementProblem
+from trident.autoscaler.sim.pipeline import PipelineSpec, Regime, SimNodes, SimOperator, simulate
 
 GiB = 2**30
 GPU_TYPES = ("A100", "H100", "L4", "T4")

@@ -26,13 +26,13 @@ from importlib import metadata
 
 import numpy as np
 
-from trident.detect import ChangeDetector
-from trident.detect.synthetic import piecewise_constant
-from trident.model import OperatorModel
-from trident.model.synthetic import CLEAN, SyntheticOperator, config_grid, synthetic_trace
-from trident.observe.filters import sustainable_samples, to_sample
-from trident.optimize import KnobSpace, Knobs, SafeBayesOpt
-from trident.optimize.synthetic import OomCliffObjective
+from trident.core.detect import ChangeDetector
+from trident.core.detect.synthetic import piecewise_constant
+from trident.core.model import OperatorModel
+from trident.core.model.synthetic import CLEAN, SyntheticOperator, config_grid, synthetic_trace
+from trident.core.observe.filters import sustainable_samples, to_sample
+from trident.core.optimize import KnobSpace, Knobs, SafeBayesOpt
+from trident.core.optimize.synthetic import OomCliffObjective
 
 BO_SPACE = KnobSpace(batch_sizes=(8, 16, 32, 64, 128, 256, 512, 1024), concurrencies=tuple(range(1, 17)), device_types=("cpu", "gpu"))
 BO_INITIAL = Knobs(16, 2, "cpu")

@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from trident.sched.frag_placers import PLACERS
+from trident.jobs.frag_placers import PLACERS
 from trident.sim.allocation_report import experiment, parse_seeds, plot
 from trident.sim.compare import result_document
 

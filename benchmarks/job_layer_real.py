@@ -158,20 +158,20 @@ def pipeline_seconds(rows: int, actors: int) -> float:
 # --- contenders -----------------------------------------------------------------------------
 def plug_ins(name: str):
     """(policy, preemptor) objects of a contender, time parameters scaled by SCALE."""
-    from trident.sched.baselines import TiresiasPolicy
-    from trident.sched.preempt import EagerPreemptor, LazyPreemptor, NeverPreemptor
-    from trident.sched.predict import RuntimePrior
-    from trident.sched.rltune import RLTunePolicy
+    from trident.jobs.baselines import TiresiasPolicy
+    from trident.jobs.preempt import EagerPreemptor, LazyPreemptor, NeverPreemptor
+    from trident.jobs.predict import RuntimePrior
+    from trident.jobs.rltune import RLTunePolicy
 
     if name == "fifo":
-        from trident.sched.baselines import FifoPolicy
+        from trident.jobs.baselines import FifoPolicy
 
         return FifoPolicy(), NeverPreemptor()
     if name == "tiresias/eager":
         return TiresiasPolicy(thresholds_gpu_s=(3600 * SCALE, 36000 * SCALE), min_promote_wait_s=3600 * SCALE), \
             EagerPreemptor()
     if name == "oracle":  # simulator only: SRTF on the true remaining times, eager, elastic pipelines
-        from trident.sched.baselines import SrtfPolicy
+        from trident.jobs.baselines import SrtfPolicy
 
         return SrtfPolicy(), EagerPreemptor()
     return RLTunePolicy(), LazyPreemptor(checkpoint_restore_s=30 * SCALE, default_setup_s=300 * SCALE,
@@ -209,7 +209,7 @@ def min_gpus(name: str, a: Arrival) -> int:
 
 
 def run_real(name: str, stage, workload: tuple[Arrival, ...], calib: dict | None = None) -> dict:
-    from trident.sched.scheduler import JobScheduler
+    from trident.jobs.scheduler import JobScheduler
 
     policy, preemptor = plug_ins(name)
     sched = JobScheduler(policy=policy, preemption=preemptor, placement="first-fit", tick_s=300 * SCALE,
@@ -273,9 +273,9 @@ def calibrate(stage, workload: tuple[Arrival, ...]) -> dict:
     """Solo runs on the idle cluster (FIFO, one job at a time): (setup s, run s) per distinct
     pipeline (rows, GPUs), and the launch overhead (s, beyond the declared setup and steps) of a
     training stand-in per kind (``plain`` task, checkpointing ``trainable``)."""
-    from trident.sched.baselines import FifoPolicy
-    from trident.sched.preempt import NeverPreemptor
-    from trident.sched.scheduler import JobScheduler
+    from trident.jobs.baselines import FifoPolicy
+    from trident.jobs.preempt import NeverPreemptor
+    from trident.jobs.scheduler import JobScheduler
 
     out: dict = {"pipelines": {}, "train_overhead_s": {}}
     rewarms: list[float] = []
@@ -320,8 +320,8 @@ def run_sim(name: str, calib: dict | None, workload: tuple[Arrival, ...],
     zero when preempted unless it is trident's (a trainable that checkpoints). ``run_scale`` (job
     name -> factor on its run time) with a perturbed ``workload`` gives a variant; ``plugs``
     (policy, preemptor) replaces the contender's."""
-    from trident.sched.base import Job, Node
-    from trident.sched.placement import FirstFitPlacer
+    from trident.jobs.base import Job, Node
+    from trident.jobs.placement import FirstFitPlacer
     from trident.sim.engine import EngineConfig, SetupModel, Simulator
     from trident.sim.metrics import summarize
 
@@ -387,7 +387,7 @@ class StaticPriority:
 def best_order(calib: dict, workload: tuple[Arrival, ...], run_scale: dict | None, tries: int, seed: int) -> dict:
     """The best of ``tries`` random fixed priority orders (seeded), each replayed with eager
     preemption, elastic pipelines and checkpoints: a reference for what an order could reach."""
-    from trident.sched.preempt import EagerPreemptor
+    from trident.jobs.preempt import EagerPreemptor
 
     rng = np.random.default_rng(seed)
     best: dict = {}
@@ -524,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 
-    import trident.sched  # noqa: F401
+    import trident.jobs  # noqa: F401
     from trident.sim.compare import result_document
 
     names = args.contenders.split(",")

@@ -43,10 +43,10 @@ from pathlib import Path
 
 import numpy as np
 
-import trident.sched  # noqa: F401  (registers plug-ins)
-from trident.sched.base import JOB_POLICIES, PLACERS, PREEMPTORS
-from trident.sched.predict import RunTimeHistory
-from trident.sched.rltune import RLTunePolicy
+import trident.jobs  # noqa: F401  (registers plug-ins)
+from trident.jobs.base import JOB_POLICIES, PLACERS, PREEMPTORS
+from trident.jobs.predict import RunTimeHistory
+from trident.jobs.rltune import RLTunePolicy
 from trident.sim.compare import result_document
 from trident.sim.engine import EngineConfig, Simulator
 from trident.sim.metrics import summarize

@@ -30,7 +30,7 @@ import ray  # noqa: E402
 from ray.data import ActorPoolStrategy  # noqa: E402
 
 import trident  # noqa: E402
-from trident.types import Decision, OperatorTarget, Plan  # noqa: E402
+from trident.core.types import Decision, OperatorTarget, Plan  # noqa: E402
 
 
 def _pre(batch):

@@ -28,8 +28,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-import trident.sched  # noqa: F401
-from trident.sched.base import JOB_POLICIES, PREEMPTORS
+import trident.jobs  # noqa: F401
+from trident.jobs.base import JOB_POLICIES, PREEMPTORS
 from trident.sim.compare import Entry, compare, result_document, simulate, write
 from trident.sim.engine import EngineConfig
 from trident.sim.metrics import summarize

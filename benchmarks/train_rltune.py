@@ -21,7 +21,7 @@ shortest-expected-first; each window starts with the history of the trace's jobs
 sets the jobs per window (160: whole Pollux traces, as they are evaluated). The shipped weights:
 
     python benchmarks/train_rltune.py --calibrated --history --reward jct --window 160 --seed 0 --iterations 15
-    # -> trident/sched/rltune.pt, benchmarks/results/train_rltune_calibrated-history-jct-w160.{json,png}
+    # -> trident/jobs/rltune.pt, benchmarks/results/train_rltune_calibrated-history-jct-w160.{json,png}
 """
 from __future__ import annotations
 
@@ -35,15 +35,15 @@ from pathlib import Path
 
 import numpy as np
 
-import trident.sched  # noqa: F401  (registers plug-ins)
-from trident.sched.placement import BestFitPlacer
-from trident.sched.baselines import FifoPolicy
-from trident.sched.features import FeatureConfig, queue_features
-from trident.sched.history_order import ShortestExpectedFirst
-from trident.sched.rl import (Action, PpoConfig, Rollout, bounded_slowdown, build_net, episode_reward,
+import trident.jobs  # noqa: F401  (registers plug-ins)
+from trident.jobs.placement import BestFitPlacer
+from trident.jobs.baselines import FifoPolicy
+from trident.jobs.features import FeatureConfig, queue_features
+from trident.jobs.history_order import ShortestExpectedFirst
+from trident.jobs.rl import (Action, PpoConfig, Rollout, bounded_slowdown, build_net, episode_reward,
                               imitation_update, ppo_update)
-from trident.sched.rltune import RLTunePolicy
-from trident.sched.capacity import Cluster
+from trident.jobs.rltune import RLTunePolicy
+from trident.jobs.capacity import Cluster
 from trident.sim.engine import EngineConfig, Simulator
 from trident.sim.traces import load_trace, scale_cluster
 

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from trident.errors import ConfigError, TridentError, UnknownNameError
-
-__version__ = "0.1.0"
+from trident.core import __version__
+from trident.core.errors import ConfigError, TridentError, UnknownNameError
 
 _LAZY = {
-    "autoscale": ("trident.api", "autoscale"),
-    "Run": ("trident.api", "Run"),
-    "JobScheduler": ("trident.sched.scheduler", "JobScheduler"),
-    "JobState": ("trident.sched.scheduler", "JobState"),
+    "autoscale": ("trident.autoscaler.api", "autoscale"),
+    "Run": ("trident.autoscaler.api", "Run"),
+    "JobScheduler": ("trident.jobs.scheduler", "JobScheduler"),
+    "JobState": ("trident.jobs.scheduler", "JobState"),
     "sim": ("trident.sim", None),
 }
 

@@ -8,8 +8,8 @@ import argparse
 import sys
 from importlib import import_module
 
-from trident.cli_args import Parser, describe
-from trident.errors import TridentError
+from trident.core.cli_args import Parser, describe
+from trident.core.errors import TridentError
 
 # subcommand -> (module with add_arguments(parser) and main(args) -> int, one-line help)
 SUBCOMMANDS = {

@@ -13,8 +13,8 @@ from ray.data import ActorPoolStrategy
 import holds_memory
 import trident
 from holds_memory import HoldsMemory, live_before_first_finish, stand_in_snapshots
-from trident.ray_data.session import TridentRuntimeWarning
-from trident.types import Decision, OperatorTarget, Plan
+from trident.autoscaler.shim.session import TridentRuntimeWarning
+from trident.core.types import Decision, OperatorTarget, Plan
 
 os.environ["RAY_AUTH_MODE"] = "disabled"
 
@@ -370,7 +370,7 @@ def _small():
 
 
 def test_error_inside_trident_falls_back_to_stock_ray_once(monkeypatch):
-    from trident.ray_data.metrics import SnapshotBuilder
+    from trident.autoscaler.shim.metrics import SnapshotBuilder
 
     real = SnapshotBuilder.snapshot
     calls = []
@@ -393,7 +393,7 @@ def test_error_inside_trident_falls_back_to_stock_ray_once(monkeypatch):
 
 
 def test_unknown_ray_version_observes_only_with_one_warning(monkeypatch):
-    from trident.ray_data import compat
+    from trident.autoscaler.shim import compat
 
     monkeypatch.setattr(compat, "TESTED_RAY", ((9, 0), (9, 1)))
     with pytest.warns(TridentRuntimeWarning, match="outside the tested range"):

@@ -12,7 +12,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from ray.data import ActorPoolStrategy  # noqa: E402
 
 import trident  # noqa: E402
-from trident.types import Decision, OperatorTarget, Plan  # noqa: E402
+from trident.core.types import Decision, OperatorTarget, Plan  # noqa: E402
 
 ROWS = 3200  # 100 blocks of 32 rows
 

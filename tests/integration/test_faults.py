@@ -19,9 +19,9 @@ from ray.cluster_utils import Cluster
 from ray.data import ActorPoolStrategy
 
 import trident
-from trident.ray_data import shim
-from trident.ray_data.session import TridentRuntimeWarning
-from trident.types import Decision, OperatorTarget, Plan
+from trident.autoscaler.shim import shim
+from trident.autoscaler.shim.session import TridentRuntimeWarning
+from trident.core.types import Decision, OperatorTarget, Plan
 
 os.environ["RAY_AUTH_MODE"] = "disabled"
 ROWS = 300  # 30 batches of 10

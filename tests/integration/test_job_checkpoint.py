@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import ray
 
-from trident.sched.preempt import LazyPreemptor
-from trident.sched.ray_backend import is_trainable
-from trident.sched.scheduler import JobScheduler, JobState
+from trident.jobs.preempt import LazyPreemptor
+from trident.jobs.ray_backend import is_trainable
+from trident.jobs.scheduler import JobScheduler, JobState
 
 GPUS = 2
 WAIT_S = 60.0

@@ -12,10 +12,10 @@ import psutil
 import pytest
 import ray
 
-from trident.errors import ConfigError, TridentError
-from trident.sched.base import Verdict
-from trident.sched.preempt import LazyPreemptor
-from trident.sched.scheduler import JobScheduler, JobState
+from trident.core.errors import ConfigError, TridentError
+from trident.jobs.base import Verdict
+from trident.jobs.preempt import LazyPreemptor
+from trident.jobs.scheduler import JobScheduler, JobState
 
 GPUS = 2
 WAIT_S = 60.0  # upper bound on any hand-shake; a test that needs it has already failed

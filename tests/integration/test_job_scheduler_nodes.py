@@ -11,7 +11,7 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 
-from trident.sched.scheduler import JobScheduler, JobState
+from trident.jobs.scheduler import JobScheduler, JobState
 
 WAIT_S = 90.0  # upper bound on any hand-shake; a test that needs it has already failed
 

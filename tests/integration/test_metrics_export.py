@@ -13,7 +13,7 @@ import ray
 from ray.data import ActorPoolStrategy
 
 import trident
-from trident.control.metrics import METRICS
+from trident.report.metrics import METRICS
 
 os.environ["RAY_AUTH_MODE"] = "disabled"
 # Ray exports metrics through its dashboard agent's reporter, which needs ray[default]
@@ -109,7 +109,7 @@ def test_trident_series_on_rays_endpoint(metrics_port):
     # the controller may have decided once more than the run polled before it ended
     assert decided(series) >= len(execution.decisions) >= 3
     kinds = {lab["kind"] for n, lab, _ in series if n == "ray_trident_decisions_total"}
-    assert kinds <= set(trident.types.DECISION_KINDS) - {""} | {"none"}, kinds
+    assert kinds <= set(trident.core.types.DECISION_KINDS) - {""} | {"none"}, kinds
     planned = {n for d in execution.decisions for n, _ in d.predicted_rows_per_s}
     predicted = {lab["operator"] for n, lab, v in series if n == "ray_trident_predicted_rows_per_s" and v > 0}
     assert planned <= predicted, (planned, predicted)

@@ -14,8 +14,8 @@ import ray
 from ray.cluster_utils import Cluster
 from ray.data import ActorPoolStrategy
 
-from trident.sched.base import Verdict
-from trident.sched.scheduler import JobScheduler, JobState
+from trident.jobs.base import Verdict
+from trident.jobs.scheduler import JobScheduler, JobState
 
 ROWS = 1200
 WAIT_S = 240.0  # generous: actors take tens of seconds to start on a loaded 2-core machine

@@ -14,7 +14,7 @@ from ray.data import ActorPoolStrategy  # noqa: E402
 import holds_memory  # noqa: E402
 import trident  # noqa: E402
 from holds_memory import HoldsMemory, live_before_first_finish, stand_in_snapshots  # noqa: E402
-from trident.policies.trident import TridentPolicy, TridentSettings  # noqa: E402
+from trident.autoscaler.policies.trident import TridentPolicy, TridentSettings  # noqa: E402
 
 
 @pytest.fixture(scope="module")

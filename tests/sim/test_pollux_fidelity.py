@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from trident.sched.elastic import OptimusAlloc, TiresiasAlloc
+from trident.jobs.elastic import OptimusAlloc, TiresiasAlloc
 from trident.sim.pollux_fidelity import fidelity, load_published, read_workload
 from trident.sim.rounds import replay
 from trident.sim.traces import shipped_path

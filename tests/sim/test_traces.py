@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from trident.errors import ConfigError, TraceFormatError
+from trident.core.errors import ConfigError, TraceFormatError
 from trident.sim.traces import (load_alibaba_2023, load_helios, load_pai_2020, load_philly, load_trace, resample,
                                 scale_cluster, scale_load, shipped_path)
 

@@ -1,6 +1,6 @@
 """The fluid simulator applies pool targets as the shim's pool driver does, so that simulated
 results carry over: one contract, two implementations (the driver on a stand-in for Ray Data's
-actor pool, and :class:`~trident.sim.pipeline.PipelineSim`).
+actor pool, and :class:`~trident.autoscaler.sim.pipeline.PipelineSim`).
 
 Each case starts a pool in a state, sets a target and reads (serving, draining, pending) replicas
 at once and once the drained replicas' work is done."""
@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import pytest
 from fake_pool import FakePool
 
-from trident.ray_data.rollout import drive_to
-from trident.sim.pipeline import PipelineSim, PipelineSpec, SimNodes, SimOperator
-from trident.types import OperatorTarget
+from trident.autoscaler.shim.rollout import drive_to
+from trident.autoscaler.sim.pipeline import PipelineSim, PipelineSpec, SimNodes, SimOperator
+from trident.core.types import OperatorTarget
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ def _swap_shim(n: int, size: int | None = None) -> list[tuple[int, int, int]]:
     """A swap of ``n`` busy actors to ``size`` (default ``n``) on the shim's rolling update: (old
     serving, new running, starting) after each step, drained actors finishing and new ones coming
     up between steps."""
-    from trident.ray_data.rollout import Rollout
+    from trident.autoscaler.shim.rollout import Rollout
 
     size = size or n
     op, pool = _fake_op(n)
@@ -201,8 +201,8 @@ def test_a_swap_replaces_old_replicas_half_the_pool_at_a_time_on_the_simulator()
 def test_a_surge_waits_for_slow_cold_starts_before_it_swaps():
     """New actors that take long to start are not cancelled for a swap before three of the run's
     observed cold starts (at least 15 s) have passed; then the update goes on as a swap."""
-    from trident.plan.rollout import pending_guard_s
-    from trident.ray_data.rollout import Rollout
+    from trident.autoscaler.actuation import pending_guard_s
+    from trident.autoscaler.shim.rollout import Rollout
 
     assert pending_guard_s(None) == 15.0 and pending_guard_s(2.0) == 15.0 and pending_guard_s(12.0) == 36.0
     op, pool = _fake_op(4)
@@ -219,7 +219,7 @@ def test_a_surge_waits_for_slow_cold_starts_before_it_swaps():
 def test_a_surge_with_room_beside_the_old_actors_waits_for_its_slow_starts():
     """New actors that fit beside the running ones are slow to start, not blocked: the guard does
     not cancel them for a swap (that starts them over); without room it does."""
-    from trident.ray_data.rollout import Rollout
+    from trident.autoscaler.shim.rollout import Rollout
 
     for room in (True, False):
         op, pool = _fake_op(4)
@@ -255,7 +255,7 @@ def test_a_swap_beside_kept_actors_drains_its_old_half_at_once():
 def _move_to_b(n: int, *, on_a: int, replicas: int):
     """A pool of ``n`` busy actors, the first ``on_a`` on type A and the rest on B, after the first
     step of a swap to ``replicas`` on B (an update of the type alone)."""
-    from trident.ray_data.rollout import Rollout
+    from trident.autoscaler.shim.rollout import Rollout
 
     op, pool = _fake_op(n)
     for i, state in enumerate(pool._running_actors.values()):
@@ -311,7 +311,7 @@ def test_a_swap_to_a_type_the_pool_already_holds_enough_of_drains_the_others_at_
 def _slots_shim(running: int, target: int, slots: int) -> list[tuple[int, int, int]]:
     """(serving, starting, waiting) on the shim's pool driver with a start gate of ``slots``:
     right after the target, then once the actors started first are up."""
-    from trident.ray_data.starts import StartGate
+    from trident.autoscaler.shim.starts import StartGate
 
     pool = _growing(FakePool({f"a{i}": 1 for i in range(running)}))
     seen = []

@@ -5,15 +5,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from trident.sched.frag_lookahead import typical_table
-from trident.sched.frag_placers import (
-    FragPlacer,
-    NodeArrays,
-    PodShape,
-    _sigmoid_score,
-    frag_drop,
-    typical_pods,
-)
+from trident.jobs.frag_lookahead import typical_table
+from trident.jobs.frag_placers import FragPlacer
+from trident.jobs.fragmentation import NodeArrays, PodShape, frag_drop, sigmoid_score, typical_pods
 from trident.sim.allocation import Cluster, run
 
 SHARE = PodShape(4000, 1024, 1, 500)
@@ -35,9 +29,9 @@ def test_typical_table_is_fgds_score_of_each_typical_shape_on_each_node():
         pod = PodShape(int(typ.cpu[t]), 0, int(typ.num[t]), int(typ.milli[t]), typ.models[t] if typ.num[t] else None)
         idx = np.flatnonzero(n.feasible(pod))
         expected = np.full(len(n.cpu), -1)
-        expected[idx] = frag_drop(n, pod, idx, typ, _sigmoid_score)[0]
+        expected[idx] = frag_drop(n, pod, idx, typ, sigmoid_score)[0]
         assert (score[:, t] == expected).all()
-        assert (_sigmoid_score(drop[idx, t]) == score[idx, t]).all()
+        assert (sigmoid_score(drop[idx, t]) == score[idx, t]).all()
 
 
 def test_lookahead_keeps_the_last_whole_gpu_that_fgd_gives_to_a_share():
@@ -107,7 +101,7 @@ def test_lookahead_takes_the_node_where_a_cpu_pod_strands_no_gpu(monkeypatch):
     # everywhere (every typical pod still fits) and takes node 0, first in the node order;
     # the lookahead's fifth candidate is node 4 (no stranding relief lost there), where
     # nodes 0-3 would strand 1,000 milli-GPU more
-    import trident.sched.frag_lookahead as la
+    import trident.jobs.frag_lookahead as la
 
     n = NodeArrays([16000] * 4 + [64000], [1 << 20] * 5, [4] * 5, [0] * 5)
     typ = typical_pods([WHOLE] * 3 + [CPU], 1)

@@ -3,9 +3,9 @@ two variants and the ``milp`` placer in the experiment on small clusters with kn
 import numpy as np
 import pytest
 
-from trident.sched.base import Allocation
-from trident.sched.frag_placers import (FragPlacer, NodeArrays, PodShape, _distinct_rows, frag_drop,
-                                        fragmentation, typical_pods)
+from trident.jobs.base import Allocation
+from trident.jobs.frag_placers import FragPlacer
+from trident.jobs.fragmentation import NodeArrays, PodShape, _distinct_rows, frag_drop, fragmentation, typical_pods
 from trident.sim.allocation import Cluster, run
 from trident.sim.allocation_milp import MilpAllocPlacer
 

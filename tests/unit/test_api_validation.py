@@ -3,9 +3,9 @@ import os
 import pytest
 
 import trident
-from trident.config import AutoscaleConfig
-from trident.errors import ConfigError, TridentError
-from trident.ray_data import session
+from trident.autoscaler.config import AutoscaleConfig
+from trident.core.errors import ConfigError, TridentError
+from trident.autoscaler.shim import session
 
 
 def test_unknown_policy_names_the_parameter_and_lists_valid_ones():
@@ -26,7 +26,7 @@ def test_default_policy_is_trident_and_never_silently_replaced():
 
 
 def _registered(name):
-    from trident.config import valid_policy_names
+    from trident.autoscaler.config import valid_policy_names
 
     return name in valid_policy_names()
 
@@ -123,7 +123,7 @@ def test_log_dir_is_checked_before_any_work(tmp_path):
 
 
 def test_an_error_writing_logs_never_replaces_the_users_exception(tmp_path, monkeypatch):
-    from trident.api import Run
+    from trident.autoscaler.api import Run
 
     def broken(self, log_dir):
         raise FileExistsError(log_dir)
@@ -148,8 +148,8 @@ def test_logs_are_written_when_the_block_ends(tmp_path):
 
 
 def test_a_policy_without_step_is_named_plainly():
-    from trident.control.actor import describe_failure
-    from trident.control.loop import ControlLoop
+    from trident.autoscaler.controller.actor import describe_failure
+    from trident.autoscaler.controller.loop import ControlLoop
 
     class NoStep:
         pass

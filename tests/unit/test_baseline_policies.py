@@ -2,13 +2,13 @@ import math
 
 import pytest
 
-from trident.control.loop import ControlLoop
-from trident.control.policy import POLICIES
-from trident.errors import ConfigError
-from trident.policies.baseline import DS2Policy, DS2Settings, source_rate, true_rate_per_replica
+from trident.autoscaler.controller.loop import ControlLoop
+from trident.core.policy import POLICIES
+from trident.core.errors import ConfigError
+from trident.autoscaler.policies.baseline import DS2Policy, DS2Settings, source_rate, true_rate_per_replica
 from dataclasses import replace
 
-from trident.types import ClusterView, OperatorConfig, OperatorSnapshot, Snapshot, with_config
+from trident.core.types import ClusterView, OperatorConfig, OperatorSnapshot, Snapshot, with_config
 
 CLUSTER = ClusterView(cpus=8, gpus=4)
 

@@ -1,7 +1,7 @@
 """The job scheduler's pure rebuild of its cluster view when nodes die or join."""
-from trident.sched.base import Job, Node
-from trident.sched.cluster_view import rebuild
-from trident.sched.placement import FirstFitPlacer
+from trident.jobs.base import Job, Node
+from trident.jobs.cluster_view import rebuild
+from trident.jobs.placement import FirstFitPlacer
 
 
 def _job(job_id, gpus):

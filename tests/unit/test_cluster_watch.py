@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 from ray.data._internal.execution.interfaces import ExecutionOptions, ExecutionResources
 
-import trident.ray_data.metrics as metrics
+import trident.autoscaler.shim.metrics as metrics
 
 
 TYPED = metrics.NodeCensus(4.0, (("A", 2.0), ("B", 2.0)), (("A", 6.0), ("B", 6.0)), {})

@@ -2,9 +2,9 @@
 tried a batch size (the first trial needs no fit), and only once per process."""
 import threading
 
-from trident.control.actor import Controller
-from trident.control.policy import PolicyContext
-from trident.types import ClusterView, Decision, OperatorTarget, Plan, Snapshot
+from trident.autoscaler.controller.actor import Controller
+from trident.core.policy import PolicyContext
+from trident.core.types import ClusterView, Decision, OperatorTarget, Plan, Snapshot
 
 
 class _Scripted:
@@ -22,7 +22,7 @@ class _Scripted:
 
 
 def test_the_model_loads_after_the_first_batch_size_trial_once(monkeypatch):
-    from trident.optimize import safe_bo
+    from trident.core.optimize import safe_bo
 
     calls, done = [], threading.Event()
     monkeypatch.setattr(safe_bo, "warm_up", lambda: (calls.append(threading.current_thread().name), done.set()))

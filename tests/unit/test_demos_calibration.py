@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from trident.demos.calibration import CostCurve, batch_units, fit_curve, load_curves, stand_in
-from trident.errors import ConfigError
+from trident.core.errors import ConfigError
 
 
 def test_fit_recovers_a_known_line():

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from trident.demos.neardup import near_duplicates, normalise_rows
-from trident.errors import ConfigError
+from trident.core.errors import ConfigError
 
 
 def test_near_copies_point_at_the_first_kept_item():

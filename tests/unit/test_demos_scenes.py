@@ -5,7 +5,7 @@ import pytest
 from trident.demos.scenes import (brightness, colour_histogram, detect_cuts, histogram_distances, match_cuts,
                                   scene_bounds, sharpness)
 from trident.demos.videogen import scene_frames
-from trident.errors import ConfigError
+from trident.core.errors import ConfigError
 
 
 def _clip(rng, lengths, hues):

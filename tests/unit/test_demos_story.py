@@ -3,7 +3,7 @@ from dataclasses import replace
 
 from trident.demos.story import changes, figures, side_by_side
 from trident.report.plot import short_name
-from trident.types import Decision, OperatorTarget, Plan
+from trident.core.types import Decision, OperatorTarget, Plan
 
 from test_report import record
 

@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from trident.detect import ChangeDetector, bic_penalty, robust_sigma
-from trident.detect.synthetic import piecewise_constant
-from trident.errors import ConfigError
+from trident.core.detect import ChangeDetector, bic_penalty, robust_sigma
+from trident.core.detect.synthetic import piecewise_constant
+from trident.core.errors import ConfigError
 
 
 def _stream(detector, x, times=None):

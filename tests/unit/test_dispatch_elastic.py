@@ -2,12 +2,12 @@
 above its minimum, under a non-preemptive policy too, and never under ``never``."""
 import numpy as np
 
-from trident.sched.base import EwmaArrivalPredictor, Job, JobView, Node
-from trident.sched.capacity import Cluster
-from trident.sched.dispatch import SchedulingPass
-from trident.sched.pipelines import free_devices
-from trident.sched.placement import FirstFitPlacer
-from trident.sched.preempt import EagerPreemptor, NeverPreemptor
+from trident.jobs.base import EwmaArrivalPredictor, Job, JobView, Node
+from trident.jobs.capacity import Cluster
+from trident.jobs.dispatch import SchedulingPass
+from trident.jobs.pipelines import free_devices
+from trident.jobs.placement import FirstFitPlacer
+from trident.jobs.preempt import EagerPreemptor, NeverPreemptor
 
 
 class Waits:

@@ -13,9 +13,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from trident.sched.base import Job, Node
-from trident.sched.ray_backend import Attempt
-from trident.sched.scheduler import JobScheduler
+from trident.jobs.base import Job, Node
+from trident.jobs.ray_backend import Attempt
+from trident.jobs.scheduler import JobScheduler
 from trident.sim.engine import EngineConfig, SetupModel, Simulator
 from trident.sim.progress import finish_s, work_done
 
@@ -161,7 +161,7 @@ def _real(jobs, policy, preemption):
     ("fifo", "eager", True), ("tiresias", "lazy", True), ("rltune", "lazy", True)])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_simulator_and_scheduler_make_the_same_decisions(policy, preemption, elastic, seed):
-    from trident.sched.base import JOB_POLICIES, PREEMPTORS
+    from trident.jobs.base import JOB_POLICIES, PREEMPTORS
 
     jobs = _trace(seed, elastic=elastic)
     sim = Simulator(nodes=NODES, policy=JOB_POLICIES.create(policy), placer=_placer(),
@@ -188,6 +188,6 @@ def test_simulator_and_scheduler_make_the_same_decisions(policy, preemption, ela
 
 
 def _placer():
-    from trident.sched.base import PLACERS
+    from trident.jobs.base import PLACERS
 
     return PLACERS.create("best-fit")

@@ -4,9 +4,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from trident.sched.base import Allocation, Job, JobView, Node, SchedState
-from trident.sched.features import FEATURE_NAMES, MAX_JOBS, NUM_FEATURES, FeatureConfig, queue_features
-from trident.sched.capacity import Cluster
+from trident.jobs.base import Allocation, Job, JobView, Node, SchedState
+from trident.jobs.features import FEATURE_NAMES, MAX_JOBS, NUM_FEATURES, FeatureConfig, queue_features
+from trident.jobs.capacity import Cluster
 
 F = {name: i for i, name in enumerate(FEATURE_NAMES)}
 

@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from trident.errors import ConfigError
-from trident.model.synthetic import BACKPRESSURED, CLEAN, SPIKE, STARVED, SyntheticOperator, config_grid, synthetic_trace
-from trident.observe.filters import hampel_mask, state_rejection, sustainable_samples
+from trident.core.errors import ConfigError
+from trident.core.model.synthetic import BACKPRESSURED, CLEAN, SPIKE, STARVED, SyntheticOperator, config_grid, synthetic_trace
+from trident.core.observe.filters import hampel_mask, state_rejection, sustainable_samples
 
 
 def test_hampel_flags_planted_spikes_and_keeps_jitter():

@@ -1,9 +1,9 @@
 import pytest
 
-from trident.errors import ConfigError, TridentError, UnknownNameError
-from trident.registry import Registry
-from trident.types import OperatorConfig, OperatorTarget
-from trident.units import parse_memory_bytes
+from trident.core.errors import ConfigError, TridentError, UnknownNameError
+from trident.core.registry import Registry
+from trident.core.types import OperatorConfig, OperatorTarget
+from trident.core.units import parse_memory_bytes
 
 
 def test_parse_memory_units():
@@ -41,7 +41,7 @@ def test_types_validate():
 def test_trident_errors_survive_pickling_whatever_the_value():
     import pickle
 
-    from trident.errors import ConfigError, TraceFormatError, UnknownNameError
+    from trident.core.errors import ConfigError, TraceFormatError, UnknownNameError
 
     class Local:  # not importable: cannot be pickled by reference
         pass

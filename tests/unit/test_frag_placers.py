@@ -2,8 +2,9 @@
 import numpy as np
 import pytest
 
-from trident.errors import ConfigError
-from trident.sched.frag_placers import FragPlacer, NodeArrays, PodShape, Typical, fragmentation, typical_pods
+from trident.core.errors import ConfigError
+from trident.jobs.frag_placers import FragPlacer
+from trident.jobs.fragmentation import NodeArrays, PodShape, Typical, fragmentation, typical_pods
 from trident.sim.allocation import Cluster, run, tune
 
 SHARE = PodShape(4000, 1024, 1, 500)

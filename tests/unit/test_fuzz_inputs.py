@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import trident
-from trident.errors import ConfigError, TraceFormatError
+from trident.core.errors import ConfigError, TraceFormatError
 from trident.sim.traces import PAI_JOB_COLUMNS, PAI_MACHINE_COLUMNS, PAI_TASK_COLUMNS, Trace, load_trace
 
 FUZZ = settings(max_examples=int(__import__("os").environ.get("FUZZ_EXAMPLES", 50)), deadline=None, suppress_health_check=[HealthCheck.too_slow])

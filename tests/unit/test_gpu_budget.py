@@ -1,8 +1,8 @@
 """A pipeline's GPU budget: pool targets that fit it, and GPUs lent to a pipeline."""
-from trident.ray_data.budget import fit_to_budget
-from trident.sched.base import Job, Node
-from trident.sched.capacity import Cluster
-from trident.sched.pipelines import combine, free_devices
+from trident.autoscaler.shim.budget import fit_to_budget
+from trident.jobs.base import Job, Node
+from trident.jobs.capacity import Cluster
+from trident.jobs.pipelines import combine, free_devices
 
 
 def test_the_largest_gpu_pool_shrinks_first_and_never_below_its_minimum():

@@ -1,7 +1,7 @@
-"""Headroom around a prior option (trident.plan.headroom) and its use by the MILP and the planner."""
-from trident.plan.headroom import with_headroom
-from trident.plan.milp import solve_placement
-from trident.plan.placement import (
+"""Headroom around a prior option (trident.core.plan.headroom) and its use by the MILP and the planner."""
+from trident.core.plan.headroom import with_headroom
+from trident.core.plan.milp import solve_placement
+from trident.core.plan.placement import (
     Allocation,
     DeviceOption,
     NodeType,
@@ -10,7 +10,7 @@ from trident.plan.placement import (
     throughput_of,
     violations,
 )
-from trident.policies.trident.problem import unmeasured_options
+from trident.autoscaler.policies.trident.problem import unmeasured_options
 
 
 def _two_types(*, upside: float = 4.0, b_gpus: int = 4, horizon_s: float = 260.0,

@@ -5,15 +5,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from trident.errors import ConfigError
-from trident.sched.base import Job, JobView, Node, SchedState
-from trident.sched.capacity import Cluster
-from trident.sched.features import (FEATURE_NAMES, HISTORY_FEATURE_NAMES, NUM_FEATURES, FeatureConfig,
+from trident.core.errors import ConfigError
+from trident.jobs.base import Job, JobView, Node, SchedState
+from trident.jobs.capacity import Cluster
+from trident.jobs.features import (FEATURE_NAMES, HISTORY_FEATURE_NAMES, NUM_FEATURES, FeatureConfig,
                                     queue_features)
-from trident.sched.history_order import ShortestExpectedFirst, ShortestRemainingExpectedFirst
-from trident.sched.predict import RunTimeHistory, RuntimePrior
-from trident.sched.rl import build_net
-from trident.sched.rltune import RLTunePolicy, load_net
+from trident.jobs.history_order import ShortestExpectedFirst, ShortestRemainingExpectedFirst
+from trident.jobs.predict import RunTimeHistory, RuntimePrior
+from trident.jobs.rl import build_net
+from trident.jobs.rltune import RLTunePolicy, load_net
 from trident.sim.engine import EngineConfig, SetupModel, Simulator
 
 H = {name: NUM_FEATURES + i for i, name in enumerate(HISTORY_FEATURE_NAMES)}
@@ -102,7 +102,7 @@ def test_simulator_books_every_finished_job_with_its_measured_run_time():
 
 
 def _placer():
-    from trident.sched.base import PLACERS
+    from trident.jobs.base import PLACERS
 
     return PLACERS.create("first-fit")
 
@@ -175,7 +175,7 @@ def test_a_prefilled_history_ranks_the_known_short_class_first_from_the_first_de
 
 def _full_state(queued, now=1000.0):
     """One 4-GPU node held by 'short' (2 GPUs) and 'long' (2 GPUs) jobs, both running since 0."""
-    from trident.sched.base import Allocation
+    from trident.jobs.base import Allocation
 
     node = Node("n0", "A", 4, cpus=32, memory_mib=1e5)
     c = Cluster([node])

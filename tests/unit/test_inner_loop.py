@@ -7,12 +7,12 @@ import pytest
 from ray.data._internal.actor_autoscaler import BacklogAwareActorAutoscaler
 from ray.data.context import AutoscalingConfig
 
-from trident.plan.rollout import RolloutStep
-from trident.policies.trident.inner import PoolView, even_share, inner_targets, ray_rule, room_of
-from trident.policies.trident.phases import obstacle
-from trident.policies.trident.records import Bounds
-from trident.policies.trident.settings import TridentSettings
-from trident.types import ClusterView, OperatorConfig, OperatorSnapshot, OperatorTarget, Snapshot
+from trident.autoscaler.actuation import RolloutStep
+from trident.autoscaler.policies.trident.inner import PoolView, even_share, inner_targets, ray_rule, room_of
+from trident.autoscaler.policies.trident.phases import obstacle
+from trident.autoscaler.policies.trident.records import Bounds
+from trident.autoscaler.policies.trident.settings import TridentSettings
+from trident.core.types import ClusterView, OperatorConfig, OperatorSnapshot, OperatorTarget, Snapshot
 
 GiB = 2**30
 S = TridentSettings()
@@ -233,8 +233,8 @@ def test_a_target_beyond_the_gpus_of_its_type_names_the_type():
 def test_exploration_pins_one_pool_at_a_time_where_all_its_replicas_fit():
     import numpy as np
 
-    from trident.policies.trident.explore import next_pins
-    from trident.policies.trident.tracking import Observer
+    from trident.autoscaler.policies.trident.explore import next_pins
+    from trident.autoscaler.policies.trident.tracking import Observer
 
     def snap(detect, embed):
         return Snapshot(execution_id="e", seq=1, time_s=1.0, operators=(
@@ -321,7 +321,7 @@ def test_an_even_share_splits_each_resource_among_the_pools_that_use_it():
 def test_a_scale_up_asked_for_with_drains_is_not_judged_stuck_until_they_are_done():
     """Embed drains 6 -> 4 (its actors busy) while Detect's two new actors wait, pending, for the
     GPUs they free: no re-plan while the drain lasts; once it is done, Detect's clock starts."""
-    from trident.policies.trident.phases import Phases
+    from trident.autoscaler.policies.trident.phases import Phases
 
     drain = RolloutStep(operator="embed", action="scale_down", replicas_from=6, replicas_to=4,
                         target=OperatorTarget(name="embed", replicas=4), phase=1, reason="drain")

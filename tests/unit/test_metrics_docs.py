@@ -2,9 +2,9 @@
 import json
 from pathlib import Path
 
-from trident.control.metrics import FALLBACK_EVENTS, METRICS, OP_TAGS, dataset_of
+from trident.report.metrics import FALLBACK_EVENTS, METRICS, OP_TAGS, dataset_of
 from trident.report.grafana import dashboard, missing_series
-from trident.types import DECISION_KINDS
+from trident.core.types import DECISION_KINDS
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 

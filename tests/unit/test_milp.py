@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from trident.errors import ConfigError
-from trident.plan.milp import solve_placement
-from trident.plan.placement import (
+from trident.core.errors import ConfigError
+from trident.core.plan.milp import solve_placement
+from trident.core.plan.placement import (
     CPU,
     Allocation,
     DeviceOption,
@@ -186,7 +186,7 @@ def _choice_problem(rng: np.random.Generator) -> PlacementProblem:
 
 
 def test_device_choice_decomposition_optimal_against_brute_force():
-    from trident.plan.device_choices import DeviceChoices
+    from trident.core.plan.device_choices import DeviceChoices
 
     rng = np.random.default_rng(23)
     checked = decomposed = 0
@@ -209,7 +209,7 @@ def test_device_choice_decomposition_optimal_against_brute_force():
 
 def test_device_choice_bounds_cover_every_plan_of_the_assignment():
     """The bound of a device assignment is at least the objective of any valid plan that uses it."""
-    from trident.plan.device_choices import DeviceChoices
+    from trident.core.plan.device_choices import DeviceChoices
 
     rng = np.random.default_rng(5)
     checked = 0
@@ -234,7 +234,7 @@ def test_device_choice_bounds_cover_every_plan_of_the_assignment():
 
 def test_device_choice_decomposition_agrees_with_the_full_model(monkeypatch):
     """At a size where enumeration is out of reach: the same objective with and without it."""
-    from trident.plan import milp
+    from trident.core.plan import milp
 
     rng = np.random.default_rng(3)
     node_types = tuple(NodeType(name=t, count=2, cpus=32, gpus=8, gpu_type=t, memory_bytes=256) for t in "ABC")
@@ -363,7 +363,7 @@ def test_infeasible_keeps_current_plan_without_raising():
 
 
 def test_timeout_keeps_current_plan(monkeypatch):
-    from trident.plan import milp
+    from trident.core.plan import milp
 
     def timed_out(prob, problem, solver, what, start=None):
         return None, "no feasible plan within the time limit"  # what _run reports then
@@ -378,7 +378,7 @@ def test_timeout_keeps_current_plan(monkeypatch):
 
 
 def test_solver_crash_and_invalid_solution_keep_current(monkeypatch):
-    from trident.plan import milp
+    from trident.core.plan import milp
 
     cur = Allocation.of({("parse", CPU, "a"): 2, ("embed", "A", "a"): 1})
 

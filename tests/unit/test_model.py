@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-from trident.errors import ConfigError
-from trident.model import ConfigFeatures, FeatureEncoder, OperatorModel, RegimeStore
-from trident.model.synthetic import SyntheticOperator, config_grid, synthetic_trace
-from trident.observe.filters import ThroughputSample, sustainable_samples
+from trident.core.errors import ConfigError
+from trident.core.model import ConfigFeatures, FeatureEncoder, OperatorModel, RegimeStore
+from trident.core.model.synthetic import SyntheticOperator, config_grid, synthetic_trace
+from trident.core.observe.filters import ThroughputSample, sustainable_samples
 
 
 def _split(rng, n_train=40, n_test=30):

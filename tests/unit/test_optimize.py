@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-from trident.errors import ConfigError
-from trident.optimize import KnobSpace, Knobs, Observation, SafeBayesOpt
-from trident.optimize.safe_bo import warm_up
-from trident.optimize.synthetic import OomCliffObjective
+from trident.core.errors import ConfigError
+from trident.core.optimize import KnobSpace, Knobs, Observation, SafeBayesOpt
+from trident.core.optimize.safe_bo import warm_up
+from trident.core.optimize.synthetic import OomCliffObjective
 
 SPACE = KnobSpace(batch_sizes=(8, 16, 32, 64, 128, 256, 512), concurrencies=tuple(range(1, 13)), device_types=("cpu", "gpu"))
 INITIAL = Knobs(16, 2, "cpu")
@@ -116,7 +116,7 @@ def test_two_batches_bound_memory_by_the_secant_not_the_batch_ratio():
 def test_one_measured_batch_steps_to_the_trust_region_edge_without_a_fit(monkeypatch):
     """Measured at one batch size, the step is the model's (same batch, same goal) but needs no
     fit: a fit costs seconds of CPU while the pipeline's first actors start."""
-    from trident.optimize import safe_bo
+    from trident.core.optimize import safe_bo
 
     rng, compared = np.random.default_rng(3), 0
     for _ in range(6):
@@ -149,8 +149,8 @@ def test_a_fit_is_deferred_while_the_model_loads_in_another_thread(monkeypatch):
     import threading
     import types
 
-    from trident.model.threads import single_threaded
-    from trident.optimize import safe_bo
+    from trident.core.model.threads import single_threaded
+    from trident.core.optimize import safe_bo
 
     assert not safe_bo._warming.is_set()
     seen, release = [], threading.Event()

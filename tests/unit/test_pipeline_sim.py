@@ -1,9 +1,9 @@
 """The fluid pipeline simulator: conservation, backpressure, cold starts, OOM, regimes, rolling updates."""
 import pytest
 
-from trident.errors import ConfigError
-from trident.sim.pipeline import PipelineSim, PipelineSpec, Regime, SimNodes, SimOperator, simulate
-from trident.types import Decision, OperatorTarget, Plan
+from trident.core.errors import ConfigError
+from trident.autoscaler.sim.pipeline import PipelineSim, PipelineSpec, Regime, SimNodes, SimOperator, simulate
+from trident.core.types import Decision, OperatorTarget, Plan
 
 GiB = 2**30
 

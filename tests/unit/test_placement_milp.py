@@ -4,10 +4,10 @@ import itertools
 import numpy as np
 import pytest
 
-from trident.errors import ConfigError
-from trident.sched.base import PLACERS, Allocation, Job, Node
-from trident.sched.placement_milp import MilpPlacer, _valid
-from trident.sched.capacity import Cluster
+from trident.core.errors import ConfigError
+from trident.jobs.base import PLACERS, Allocation, Job, Node
+from trident.jobs.placement_milp import MilpPlacer, _valid
+from trident.jobs.capacity import Cluster
 
 
 def _cluster(sizes, models=None, used=None, cpus=64.0):

@@ -3,8 +3,8 @@ import math
 
 import pytest
 
-from trident.errors import ConfigError
-from trident.sched.elastic import ElasticView, OptimusAlloc, TiresiasAlloc
+from trident.core.errors import ConfigError
+from trident.jobs.elastic import ElasticView, OptimusAlloc, TiresiasAlloc
 from trident.sim.pollux_apps import application, normal_placement, packed_placement
 from trident.sim.rounds import ElasticJob, RoundConfig, replay
 
@@ -143,7 +143,7 @@ def test_a_pollux_job_larger_than_the_cluster_is_a_named_bad_row(tmp_path):
     """A job asking for more GPUs than the testbed has is reported with its file and line (its run
     time would need a placement over thousands of nodes)."""
     from trident.sim.loaders.pollux import load_pollux
-    from trident.errors import TraceFormatError
+    from trident.core.errors import TraceFormatError
 
     f = tmp_path / "workload.csv"
     f.write_text("name,time,application,num_replicas,batch_size\na,0,yolov3,4,64\nb,5,yolov3,100000,64\n")
@@ -156,7 +156,7 @@ def test_a_pollux_job_larger_than_the_cluster_is_a_named_bad_row(tmp_path):
 def test_a_pollux_job_with_no_batch_is_a_named_bad_row(tmp_path):
     """A zero or negative batch size names the field and the line instead of dividing by zero."""
     from trident.sim.loaders.pollux import load_pollux
-    from trident.errors import TraceFormatError
+    from trident.core.errors import TraceFormatError
 
     f = tmp_path / "workload.csv"
     f.write_text("name,time,application,num_replicas,batch_size\na,0,cifar10,2,0\nb,5,cifar10,1,-4\nc,9,cifar10,1,256\n")

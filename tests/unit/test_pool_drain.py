@@ -1,7 +1,7 @@
 """``drain_to`` on a stand-in for Ray Data's actor pool (the members it touches, as in Ray 2.60)."""
 from fake_pool import FakePool as _Pool
 
-from trident.ray_data.rollout import drain_to, drive_to
+from trident.autoscaler.shim.rollout import drain_to, drive_to
 
 
 def test_surplus_busy_actors_stop_getting_work_and_go_once_done():
@@ -57,7 +57,7 @@ def test_an_actor_read_at_rest_keeps_the_smallest_reading_and_not_the_actor():
     import gc
     import weakref
 
-    from trident.ray_data.metrics import busy_time_tracker
+    from trident.autoscaler.shim.metrics import busy_time_tracker
 
     class Actor:
         pass

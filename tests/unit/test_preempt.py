@@ -3,8 +3,8 @@ in which lazy preemption has no futile preemption where eager has several."""
 import numpy as np
 import pytest
 
-from trident.errors import ConfigError
-from trident.sched.base import (
+from trident.core.errors import ConfigError
+from trident.jobs.base import (
     PREEMPTORS,
     Allocation,
     EwmaArrivalPredictor,
@@ -14,10 +14,10 @@ from trident.sched.base import (
     SchedState,
     Verdict,
 )
-from trident.sched.baselines import SrtfPolicy
-from trident.sched.placement import FirstFitPlacer
-from trident.sched.predict import RuntimePrior
-from trident.sched.preempt import EagerPreemptor, LazyPreemptor, NeverPreemptor
+from trident.jobs.baselines import SrtfPolicy
+from trident.jobs.placement import FirstFitPlacer
+from trident.jobs.predict import RuntimePrior
+from trident.jobs.preempt import EagerPreemptor, LazyPreemptor, NeverPreemptor
 from trident.sim.engine import EngineConfig, SetupModel, Simulator
 from trident.sim.metrics import summarize
 

@@ -5,7 +5,7 @@ import pytest
 from trident.report.plot import plot_run, series
 from trident.report.record import Action, Event, ExecutionRecord, RunRecord, summarize
 from trident.report.timeline import format_report
-from trident.types import ClusterView, Decision, OperatorConfig, OperatorSnapshot, OperatorTarget, Plan, Snapshot
+from trident.core.types import ClusterView, Decision, OperatorConfig, OperatorSnapshot, OperatorTarget, Plan, Snapshot
 
 
 def snap(t, rows, replicas, rss, failed=0):
@@ -133,8 +133,8 @@ def test_report_shows_the_peak_rss_per_replica_not_the_last():
 
 
 def test_run_shows_a_short_html_summary():
-    from trident.api import Run
-    from trident.config import AutoscaleConfig
+    from trident.autoscaler.api import Run
+    from trident.autoscaler.config import AutoscaleConfig
 
     run = Run(AutoscaleConfig.from_user(policy="ds2"))
     run.record = record()

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from trident.errors import ConfigError
-from trident.sched.base import JOB_POLICIES, Job, JobView, Node, SchedState
-from trident.sched.features import NUM_FEATURES, QueueFeatures
-from trident.sched.rl import (NumpyActorCritic, PpoConfig, Rollout, _batch_logp, _tensors, act, build_net,
+from trident.core.errors import ConfigError
+from trident.jobs.base import JOB_POLICIES, Job, JobView, Node, SchedState
+from trident.jobs.features import NUM_FEATURES, QueueFeatures
+from trident.jobs.rl import (NumpyActorCritic, PpoConfig, Rollout, _batch_logp, _tensors, act, build_net,
                               episode_reward, ordering, ppo_update)
-from trident.sched.rltune import WEIGHTS_FILE, RLTunePolicy
-from trident.sched.capacity import Cluster
+from trident.jobs.rltune import WEIGHTS_FILE, RLTunePolicy
+from trident.jobs.capacity import Cluster
 
 
 
@@ -119,7 +119,7 @@ def _state():
 
 
 def test_shipped_policy_loads_and_orders_every_queued_job():
-    data = resources.files("trident.sched").joinpath(WEIGHTS_FILE).read_bytes()
+    data = resources.files("trident.jobs").joinpath(WEIGHTS_FILE).read_bytes()
     assert 0 < len(data) < 1_000_000
     policy = JOB_POLICIES.create("rltune")
     assert policy.preemptive is False and policy.oracle is False

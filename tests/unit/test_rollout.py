@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from trident.plan.rollout import (
+from trident.autoscaler.actuation import (
     PHASE_DRAIN,
     PHASE_UP,
     PHASE_UP_AFTER_DRAIN,
@@ -12,7 +12,7 @@ from trident.plan.rollout import (
     plan_rollout,
     time_saved_s,
 )
-from trident.types import OperatorConfig, OperatorTarget
+from trident.core.types import OperatorConfig, OperatorTarget
 
 CURRENT = {
     "parse": OperatorConfig(kind="task", replicas=8, num_cpus=1.0),

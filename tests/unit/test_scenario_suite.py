@@ -46,7 +46,7 @@ def test_a_plans_time_beyond_its_cold_starts_is_what_it_waited_with_no_actor_sta
     17 s (an old actor drained until then): 7 s to the target, 4 s of it starting actors."""
     from trident.demos.suite import reach_and_start
     from trident.report.record import Action, ExecutionRecord
-    from trident.types import ClusterView, OperatorConfig, OperatorSnapshot, Snapshot
+    from trident.core.types import ClusterView, OperatorConfig, OperatorSnapshot, Snapshot
 
     def snap(t, pending):
         op = OperatorSnapshot(name="embed", index=0, actors_pending=pending,
@@ -69,7 +69,7 @@ def test_start_up_and_steady_pace_are_read_at_the_last_model_stage():
     quarters is 50 rows/s. A run that stops at 60% has no steady pace."""
     from trident.demos.suite import start_and_steady
     from trident.report.record import ExecutionRecord
-    from trident.types import ClusterView, OperatorConfig, OperatorSnapshot, Snapshot
+    from trident.core.types import ClusterView, OperatorConfig, OperatorSnapshot, Snapshot
 
     def snap(t):
         ops = (OperatorSnapshot(name="read", index=0, rows_out_total=min(1000, 200 * t),

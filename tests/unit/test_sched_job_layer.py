@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-from trident.errors import ConfigError, UnknownNameError
-from trident.sched import JOB_POLICIES, PLACERS
-from trident.sched.base import EwmaArrivalPredictor, Job, JobView, Node, PreemptDecision, SchedState, Verdict
-from trident.sched.capacity import Cluster
+from trident.core.errors import ConfigError, UnknownNameError
+from trident.jobs import JOB_POLICIES, PLACERS
+from trident.jobs.base import EwmaArrivalPredictor, Job, JobView, Node, PreemptDecision, SchedState, Verdict
+from trident.jobs.capacity import Cluster
 
 RNG = np.random.default_rng(0)
 

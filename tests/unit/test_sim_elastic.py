@@ -5,11 +5,11 @@ re-warm of ``rewarm_s`` (else ``setup_s``). Times are hand-computed: ``duration_
 import numpy as np
 import pytest
 
-from trident.errors import ConfigError
-from trident.sched.base import Job, Node
-from trident.sched.baselines import FifoPolicy, SrtfPolicy
-from trident.sched.placement import FirstFitPlacer
-from trident.sched.preempt import EagerPreemptor, LazyPreemptor, NeverPreemptor
+from trident.core.errors import ConfigError
+from trident.jobs.base import Job, Node
+from trident.jobs.baselines import FifoPolicy, SrtfPolicy
+from trident.jobs.placement import FirstFitPlacer
+from trident.jobs.preempt import EagerPreemptor, LazyPreemptor, NeverPreemptor
 from trident.sim.engine import EngineConfig, SetupModel, Simulator
 
 NO_SETUP = EngineConfig(setup=SetupModel(kind="none"), restore_s=0.0)

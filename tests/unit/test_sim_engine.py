@@ -4,10 +4,10 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from trident.errors import ConfigError
-from trident.sched.base import Job, Node, PreemptDecision, Verdict
-from trident.sched.baselines import FifoPolicy, SrtfPolicy
-from trident.sched.placement import BestFitPlacer, FirstFitPlacer
+from trident.core.errors import ConfigError
+from trident.jobs.base import Job, Node, PreemptDecision, Verdict
+from trident.jobs.baselines import FifoPolicy, SrtfPolicy
+from trident.jobs.placement import BestFitPlacer, FirstFitPlacer
 from trident.sim.engine import EngineConfig, SetupModel, Simulator
 from trident.sim.metrics import summarize
 

@@ -2,8 +2,8 @@
 import pulp
 import pytest
 
-from trident.errors import ConfigError
-from trident.solver import pick, solve
+from trident.core.errors import ConfigError
+from trident.core.solver import pick, solve
 
 
 def knapsack():
@@ -38,7 +38,7 @@ def test_infeasible_has_no_status_is_said_to_be_infeasible_and_bad_inputs_are_na
 
 
 def test_highs_failure_falls_back_to_cbc(monkeypatch):
-    import trident.solver as s
+    import trident.core.solver as s
 
     def broken(*a, **k):
         raise RuntimeError("boom")

@@ -1,8 +1,8 @@
-"""The shim's pool driver: how many actors it starts side by side (trident.ray_data.starts),
+"""The shim's pool driver: how many actors it starts side by side (trident.autoscaler.shim.starts),
 and when Ray's own rule drives a pool."""
 import pytest
 
-from trident.ray_data.starts import StartGate, start_slots, starting
+from trident.autoscaler.shim.starts import StartGate, start_slots, starting
 
 
 def _node(host, cpus, alive=True):
@@ -59,8 +59,8 @@ def test_ray_drives_a_pool_until_a_plan_names_it_only_for_a_policy_that_asks_and
     for a policy that does not ask for it (``static`` holds the user's sizes)."""
     from types import SimpleNamespace
 
-    from trident.control.policy import POLICIES
-    from trident.ray_data.shim import ExecutionShim
+    from trident.core.policy import POLICIES
+    from trident.autoscaler.shim.shim import ExecutionShim
 
     stock = SimpleNamespace(_derive_target_scaling_config=lambda *a: None)
 

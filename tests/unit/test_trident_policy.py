@@ -4,11 +4,11 @@ from dataclasses import replace
 
 import pytest
 
-from trident.control.loop import ControlLoop
-from trident.control.policy import POLICIES, PolicyContext
-from trident.policies.trident import TridentPolicy, TridentSettings, estimates, problem
-from trident.sim.pipeline import PipelineSpec, Regime, SimNodes, SimOperator, simulate
-from trident.types import ClusterView, OperatorConfig, OperatorSnapshot, Snapshot
+from trident.autoscaler.controller.loop import ControlLoop
+from trident.core.policy import POLICIES, PolicyContext
+from trident.autoscaler.policies.trident import TridentPolicy, TridentSettings, estimates, problem
+from trident.autoscaler.sim.pipeline import PipelineSpec, Regime, SimNodes, SimOperator, simulate
+from trident.core.types import ClusterView, OperatorConfig, OperatorSnapshot, Snapshot
 
 GiB = 2**30
 
@@ -330,7 +330,7 @@ def test_no_plan_before_the_executor_reports_its_cluster():
 def test_a_regime_change_keeps_the_memory_estimate_with_its_full_margin():
     """Throughput changing says nothing about memory shrinking: forgetting the heap would let a
     smaller pool's size stand in for it and plan more replicas than fit."""
-    from trident.detect.changepoint import ChangeEvent
+    from trident.core.detect.changepoint import ChangeEvent
 
     policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5 * GiB, seed=0))
     for k in range(30):
@@ -446,8 +446,8 @@ def test_the_first_measure_after_a_stall_bound_is_planned_on_at_once():
 def test_no_pool_grows_beside_an_operator_whose_rate_is_only_a_stall_bound():
     """OCR's rate is a stall's bound (it is at most that fast): embed, measured, may shrink to what
     the bound's throughput needs but not grow on it; with no bound, nothing is capped."""
-    from trident.plan.placement import DeviceOption, OperatorSpec
-    from trident.policies.trident.records import Estimate
+    from trident.core.plan.placement import DeviceOption, OperatorSpec
+    from trident.autoscaler.policies.trident.records import Estimate
 
     snap = _ray_like(10.0, ocr_replicas=4, ocr_out=8, embed_out=0)
     ops = [snap.operator("ocr"), snap.operator("embed")]
@@ -469,9 +469,9 @@ def test_after_a_change_a_pool_moves_only_the_way_its_data_changed_until_its_rat
     Once the rates are measured nothing is held."""
     from types import SimpleNamespace
 
-    from trident.plan.milp import solve_placement
-    from trident.plan.placement import Allocation, DeviceOption, NodeType, OperatorSpec, PlacementProblem
-    from trident.policies.trident.records import Estimate
+    from trident.core.plan.milp import solve_placement
+    from trident.core.plan.placement import Allocation, DeviceOption, NodeType, OperatorSpec, PlacementProblem
+    from trident.autoscaler.policies.trident.records import Estimate
 
     def pool(name, replicas):
         return OperatorSnapshot(name=name, index=1 if name == "detect" else 2, actors_running=replicas,
@@ -571,7 +571,7 @@ def test_a_first_estimate_does_not_shrink_a_backlogged_pool_in_its_first_regime_
     a detected change the same estimate may (the windows that showed the change measured it),
     where the change made it faster (after one that made it slower it is held until its rate is
     measured: :func:`problem.along_the_shift`)."""
-    from trident.detect.changepoint import ChangeEvent
+    from trident.core.detect.changepoint import ChangeEvent
 
     policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5 * GiB, seed=0),
                            settings=TridentSettings(bo_trials=0))
@@ -716,7 +716,7 @@ def test_a_replica_read_at_rest_certifies_a_scale_up_trial_for_all_its_new_repli
     with the batch: from batch 8 (230 MiB) batch 32 is bounded by 150 + 4 x 80 MiB, not 4 x 230 MiB,
     so every new replica that fits beside the old one starts at batch 32; unread (an actor on
     another machine), fewer do and a second plan adds the rest. The run is faster; the limit holds."""
-    from trident.sim import pipeline as sim_pipeline
+    from trident.autoscaler.sim import pipeline as sim_pipeline
 
     spec = _small_fixed_part(replicas=1)
     read = simulate(spec, policy="trident", seed=0)
@@ -785,7 +785,7 @@ def _typed_snapshot(k: int, *, detect_types=("A", "B"), embed_types=("A", "B"), 
     ``detect_types`` names (4 in all, or ``detect_split``: type -> actors): detect does 10 rows/s
     per replica on A and 40 on B, embed 40 on A and 20 on B. Counters after ``k`` seconds; tasks
     of 16 rows."""
-    from trident.types import TypeUsage
+    from trident.core.types import TypeUsage
 
     t = float(k)
     per_actor = per_actor or {"detect": {"A": 10.0, "B": 40.0}, "embed": {"A": 40.0, "B": 20.0}}
@@ -817,8 +817,8 @@ def _typed_problem(detect_types=("A", "B"), embed_types=("A", "B"), per_actor=No
     """(plannable operators, planning) after ``steps`` seconds of :func:`_typed_snapshot`."""
     import numpy as np
 
-    from trident.policies.trident import problem
-    from trident.policies.trident.tracking import Observer
+    from trident.autoscaler.policies.trident import problem
+    from trident.autoscaler.policies.trident.tracking import Observer
 
     settings = TridentSettings()
     observer = Observer(settings=settings, rng=np.random.default_rng(0), seed=0)
@@ -834,8 +834,8 @@ def _typed_problem(detect_types=("A", "B"), embed_types=("A", "B"), per_actor=No
 
 
 def _typed_plan(detect_types, per_actor=None):
-    from trident.plan.milp import solve_placement
-    from trident.policies.trident import problem
+    from trident.core.plan.milp import solve_placement
+    from trident.autoscaler.policies.trident import problem
 
     ops, planning = _typed_problem(detect_types, per_actor=per_actor)
     result = solve_placement(planning.problem)
@@ -852,8 +852,8 @@ def test_a_pool_ray_spread_over_two_types_is_planned_on_one_with_at_most_what_it
     """Detect runs 3 replicas on A and 2 on B, backlogged, so a first estimate keeps its 5; one
     type holds 4 (4 GPUs, 1 per replica). Kept at 5 on one device every plan was infeasible (two-types
     scenario: 12 s on the wrong types, a solve failing each time it looked)."""
-    from trident.plan.milp import solve_placement
-    from trident.policies.trident import problem
+    from trident.core.plan.milp import solve_placement
+    from trident.autoscaler.policies.trident import problem
 
     ops, planning = _typed_problem(("A", "B"), detect_split={"A": 3, "B": 2}, steps=8)
     detect = next(sp for sp in planning.problem.operators if sp.name == "detect")
@@ -881,9 +881,9 @@ def test_a_pool_measured_on_one_type_may_be_planned_onto_an_idle_one():
     the pools spread over both types."""
     import numpy as np
 
-    from trident.plan.milp import solve_placement
-    from trident.policies.trident import problem
-    from trident.policies.trident.tracking import Observer
+    from trident.core.plan.milp import solve_placement
+    from trident.autoscaler.policies.trident import problem
+    from trident.autoscaler.policies.trident.tracking import Observer
 
     settings = TridentSettings()
     observer = Observer(settings=settings, rng=np.random.default_rng(0), seed=0)
@@ -919,11 +919,11 @@ def test_a_type_the_pool_left_is_not_compared_with_one_measured_later():
     long-shift scenario such a stale rate pinned both pools to one type's GPUs each)."""
     import numpy as np
 
-    from trident.plan.milp import solve_placement
-    from trident.policies.trident import problem
-    from trident.policies.trident.records import key_of
-    from trident.policies.trident.tracking import Observer
-    from trident.types import TypeUsage
+    from trident.core.plan.milp import solve_placement
+    from trident.autoscaler.policies.trident import problem
+    from trident.autoscaler.policies.trident.records import key_of
+    from trident.autoscaler.policies.trident.tracking import Observer
+    from trident.core.types import TypeUsage
 
     settings = TridentSettings(min_change=100.0, shift_ratio=100.0)  # no regime change
     observer = Observer(settings=settings, rng=np.random.default_rng(0), seed=0)
@@ -956,9 +956,9 @@ def test_a_type_is_not_compared_over_time_the_pool_was_backpressured():
     measured after the backpressure, no type is faster."""
     import numpy as np
 
-    from trident.policies.trident.records import key_of
-    from trident.policies.trident.tracking import Observer
-    from trident.types import TypeUsage
+    from trident.autoscaler.policies.trident.records import key_of
+    from trident.autoscaler.policies.trident.tracking import Observer
+    from trident.core.types import TypeUsage
 
     settings = TridentSettings(min_change=100.0, shift_ratio=100.0)  # no regime change
     for skip_backpressure in (True, False):
@@ -1013,8 +1013,8 @@ def _solves_failing(monkeypatch, n: int, *, infeasible: bool = False) -> list[fl
     """The policy's first ``n`` solves find no plan (as when the time limit passes first, or, with
     ``infeasible``, as when the solver proves there is none), the next ones solve; returns the
     time limit of each solve, as they come."""
-    from trident.plan import milp
-    from trident.policies.trident import policy as policy_module
+    from trident.core.plan import milp
+    from trident.autoscaler.policies.trident import policy as policy_module
 
     calls, fail = [], {"left": n}
 
@@ -1047,7 +1047,7 @@ def test_a_pool_pinned_to_a_type_keeps_being_modelled():
     the model is rebuilt with it, and fitting works (it used to fail at every step)."""
     import numpy as np
 
-    from trident.policies.trident.tracking import Observer
+    from trident.autoscaler.policies.trident.tracking import Observer
 
     observer = Observer(settings=TridentSettings(), rng=np.random.default_rng(0), seed=0)
     for k in range(40):
@@ -1064,7 +1064,7 @@ def test_a_pool_pinned_to_a_type_keeps_being_modelled():
 
 def test_free_gpus_per_type_count_unpinned_actors_where_they_run():
     """An unpinned pool holds GPUs on the types its actors run on; a pinned one on its type."""
-    from trident.policies.trident import problem
+    from trident.autoscaler.policies.trident import problem
 
     snap = _typed_snapshot(10)  # detect and embed: 2 actors of 1 GPU on each of A and B (4 GPUs each)
     ops = problem.plannable(snap)
@@ -1077,7 +1077,7 @@ def test_free_gpus_per_type_count_unpinned_actors_where_they_run():
 def test_a_replan_never_holds_a_pool_below_what_it_had_before_the_step():
     """A pool planned 2 -> 6 whose second actor is still starting when the step is judged stuck
     (1 running) is held at 2, not at 1: its own starting actor is not the obstacle."""
-    from trident.policies.trident.phases import Stuck
+    from trident.autoscaler.policies.trident.phases import Stuck
 
     policy = TridentPolicy(context=PolicyContext(seed=0))
     snap = _ray_like(30.0, ocr_replicas=2, ocr_out=100, embed_out=0, total=400)
@@ -1117,8 +1117,8 @@ def test_a_reconfiguration_is_measured_only_once_its_own_tasks_finish():
     heap for batch 64 grew the pool past the memory limit."""
     import numpy as np
 
-    from trident.policies.trident.records import key_of
-    from trident.policies.trident.tracking import Observer
+    from trident.autoscaler.policies.trident.records import key_of
+    from trident.autoscaler.policies.trident.tracking import Observer
 
     MiB = 2**20
     observer = Observer(settings=TridentSettings(), rng=np.random.default_rng(0), seed=0)
@@ -1149,8 +1149,8 @@ def test_a_configuration_left_before_a_rate_window_keeps_its_busy_time_rate():
     (the batch-size search compares batches by it), while batch 32 starts unmeasured."""
     import numpy as np
 
-    from trident.policies.trident.records import key_of
-    from trident.policies.trident.tracking import Observer
+    from trident.autoscaler.policies.trident.records import key_of
+    from trident.autoscaler.policies.trident.tracking import Observer
 
     observer = Observer(settings=TridentSettings(), rng=np.random.default_rng(0), seed=0)
 
@@ -1178,8 +1178,8 @@ def test_a_configuration_left_after_its_first_task_is_measured_by_its_old_actors
     batch 32 looked no slower per batch, and the search swapped the pool to batch 64 and back)."""
     import numpy as np
 
-    from trident.policies.trident.records import key_of
-    from trident.policies.trident.tracking import Observer
+    from trident.autoscaler.policies.trident.records import key_of
+    from trident.autoscaler.policies.trident.tracking import Observer
 
     settings = TridentSettings()
     observer = Observer(settings=settings, rng=np.random.default_rng(0), seed=0)
@@ -1236,9 +1236,9 @@ def test_a_batch_size_trial_runs_only_when_it_pays_for_itself():
     batch): the line through the two largest puts batch 64 at 2.8 s, 0.7x of 32 on 7 replicas when
     run on 4, and batch 128 on 7 only 1.36x. With 66 s left neither pays for a swap of two 6 s cold
     starts; with 600 s left the step toward 128 does. A step whose own gain pays is always run."""
-    from trident.optimize import Knobs, Observation
-    from trident.optimize.safe_bo import Suggestion
-    from trident.policies.trident.tuner import _affine_gain, _not_paying
+    from trident.core.optimize import Knobs, Observation
+    from trident.core.optimize.safe_bo import Suggestion
+    from trident.autoscaler.policies.trident.tuner import _affine_gain, _not_paying
 
     obs = [Observation(knobs=Knobs(b, c, "gpu"), throughput_rows_per_s=r * c, memory_per_replica_bytes=0.5 * GiB)
            for b, r in ((8, 7.55), (16, 13.75), (32, 18.6)) for c in (4, 7)]
@@ -1259,9 +1259,9 @@ def test_a_trial_toward_a_batch_whose_memory_line_breaks_the_limit_does_not_pay(
     """Batch 8 and 32 measured at 9.5 and 20.5 rows/s per replica, 230 and 470 MiB per replica,
     5,000 MiB free: the step to 64 on 6 replicas is slower than 32 on 8, and its goal, 256 on 8,
     needs 2,710 MiB per replica on the memory line: one replica fits, not eight."""
-    from trident.optimize import Knobs, Observation
-    from trident.optimize.safe_bo import Suggestion
-    from trident.policies.trident.tuner import _affine_gain, _not_paying
+    from trident.core.optimize import Knobs, Observation
+    from trident.core.optimize.safe_bo import Suggestion
+    from trident.autoscaler.policies.trident.tuner import _affine_gain, _not_paying
 
     MiB = 2**20
     obs = [Observation(knobs=Knobs(b, c, "gpu"), throughput_rows_per_s=r * c, memory_per_replica_bytes=m * MiB)
@@ -1284,12 +1284,12 @@ def test_after_a_change_one_batch_measured_is_capped_by_the_last_regimes_batch_l
     With no line the optimiser's +100% for batch 64 stands; on the old line, scaled to the new
     reading, 64 on the 6 replicas 5,000 MiB holds is 0.95x of 32 on 8: no trial. A regime whose
     line says the batch pays still runs it."""
-    from trident.detect.changepoint import ChangeEvent
-    from trident.optimize import Knobs, Observation
-    from trident.optimize.safe_bo import Suggestion
-    from trident.policies.trident.records import ConfigKey, RateSample
-    from trident.policies.trident.track import batch_shape
-    from trident.policies.trident.tuner import _affine_gain, _not_paying
+    from trident.core.detect.changepoint import ChangeEvent
+    from trident.core.optimize import Knobs, Observation
+    from trident.core.optimize.safe_bo import Suggestion
+    from trident.autoscaler.policies.trident.records import ConfigKey, RateSample
+    from trident.autoscaler.policies.trident.track import batch_shape
+    from trident.autoscaler.policies.trident.tuner import _affine_gain, _not_paying
 
     MiB = 2**20
     tr = TridentPolicy().observer.track(_op("embed", 0, replicas=8, queue=0, rows_out_total=0, rows_per_s=0.0, running=8))
@@ -1330,8 +1330,8 @@ def test_a_swap_back_does_not_take_the_old_batch_heap_while_its_new_actors_start
     pool at 4 of 7 replicas for "no room" on the batch-size scenario)."""
     import numpy as np
 
-    from trident.policies.trident.records import key_of
-    from trident.policies.trident.tracking import Observer
+    from trident.autoscaler.policies.trident.records import key_of
+    from trident.autoscaler.policies.trident.tracking import Observer
 
     observer = Observer(settings=TridentSettings(), rng=np.random.default_rng(0), seed=0)
     config = OperatorConfig(kind="actor", replicas=4, min_replicas=1, max_replicas=8, num_gpus=0.5, batch_size=64)
@@ -1360,8 +1360,8 @@ def test_a_swap_back_does_not_take_the_heap_of_old_actors_that_left_since_the_la
     the memory limit on the batch-size scenario, for the rest of the run."""
     import numpy as np
 
-    from trident.policies.trident.records import key_of
-    from trident.policies.trident.tracking import Observer
+    from trident.autoscaler.policies.trident.records import key_of
+    from trident.autoscaler.policies.trident.tracking import Observer
 
     observer = Observer(settings=TridentSettings(), rng=np.random.default_rng(0), seed=0)
     config = OperatorConfig(kind="actor", replicas=6, min_replicas=1, max_replicas=8, num_gpus=0.5, batch_size=64)
@@ -1448,7 +1448,7 @@ def test_the_first_batch_size_trial_needs_no_model_fit_and_later_ones_wait_for_t
     the shim 13-24 s late); a trial that needs the model waits for it, and says so."""
     import threading
 
-    from trident.optimize import safe_bo
+    from trident.core.optimize import safe_bo
 
     loading = threading.Event()
     loading.set()
@@ -1516,8 +1516,8 @@ def _rate_notes(rates_at, *, steps: int, settings: TridentSettings | None = None
     at the start assumed, rows/s per replica)."""
     import numpy as np
 
-    from trident.policies.trident.records import Assumed, key_of
-    from trident.policies.trident.tracking import Observer
+    from trident.autoscaler.policies.trident.records import Assumed, key_of
+    from trident.autoscaler.policies.trident.tracking import Observer
 
     observer = Observer(settings=settings or TridentSettings(), rng=np.random.default_rng(0), seed=0)
     out, notes = 0.0, []
@@ -1595,10 +1595,10 @@ def test_a_plan_whose_rollout_does_not_pay_leaves_the_batch_size_search_free_to_
     throughput after a trial of batch 64 measured worse than 32): the allocation stays, and the
     batch-size search still moves (there, back to the best batch measured) instead of the pool
     keeping the worse batch for the rest of the run."""
-    from trident.plan.rollout import Rollout
-    from trident.policies.trident import policy as policy_module
-    from trident.policies.trident import tuner
-    from trident.types import OperatorTarget
+    from trident.autoscaler.actuation import Rollout
+    from trident.autoscaler.policies.trident import policy as policy_module
+    from trident.autoscaler.policies.trident import tuner
+    from trident.core.types import OperatorTarget
 
     declined = Rollout(steps=(), go=False, reason="drain only (150.9 -> 125.7 rows/s); no cold start to pay",
                        time_saved_s=0.0, cold_start_s=0.0)
@@ -1622,7 +1622,7 @@ def test_a_pool_moved_to_a_type_it_never_ran_on_gets_partners_sized_for_its_upsi
     to A at its B rate (a prior); Detect, sized for that prior alone, would leave B's GPUs idle
     until Embed is measured on A. Embed may be as much faster there as Detect was between the
     types, so Detect takes the GPUs of B the plan leaves free."""
-    from trident.plan.milp import solve_placement
+    from trident.core.plan.milp import solve_placement
 
     _, planning = _typed_problem(embed_types=("B",))
     embed = next(sp for sp in planning.problem.operators if sp.name == "embed")
@@ -1634,7 +1634,7 @@ def test_a_pool_moved_to_a_type_it_never_ran_on_gets_partners_sized_for_its_upsi
 
 
 def test_opt_in_exploration_pins_a_pool_to_a_type_it_was_not_measured_on():
-    from trident.policies.trident import problem
+    from trident.autoscaler.policies.trident import problem
 
     policy = TridentPolicy(context=PolicyContext(seed=0), settings=TridentSettings(explore_types=True))
     roomy = ClusterView(cpus=16, gpus=16, gpus_by_type=(("A", 8.0), ("B", 8.0)))  # room for a pool on each type
@@ -1658,8 +1658,8 @@ def _start_then_steady(*, starting_until: int, slow: float, fast: float, steps: 
     policy does. The observer, the two keys and its notes."""
     import numpy as np
 
-    from trident.policies.trident.records import Assumed, key_of
-    from trident.policies.trident.tracking import Observer
+    from trident.autoscaler.policies.trident.records import Assumed, key_of
+    from trident.autoscaler.policies.trident.tracking import Observer
 
     observer = Observer(settings=TridentSettings(), rng=np.random.default_rng(0), seed=0)
 
@@ -1715,7 +1715,7 @@ def test_an_actor_is_starting_until_the_pool_has_had_a_first_task_per_running_ac
     batches (1.6 s after); a rate measured then is a start's, not the configuration's."""
     import numpy as np
 
-    from trident.policies.trident.tracking import Observer
+    from trident.autoscaler.policies.trident.tracking import Observer
 
     observer = Observer(settings=TridentSettings(), rng=np.random.default_rng(0), seed=0)
 
@@ -1771,8 +1771,8 @@ def test_a_rate_off_the_plan_before_the_steady_windows_is_planned_on_the_window_
     window within ``shift_ratio`` of the busy time leaves the busy time as the estimate."""
     import numpy as np
 
-    from trident.policies.trident.records import Assumed, key_of
-    from trident.policies.trident.tracking import Observer
+    from trident.autoscaler.policies.trident.records import Assumed, key_of
+    from trident.autoscaler.policies.trident.tracking import Observer
 
     for after, source in ((10.0, "last window"), (40.0, "busy time")):
         s = TridentSettings()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from trident.cli_args import integer, memory_size, number, output_dir
-from trident.config import MIN_INTERVAL_S
+from trident.core.cli_args import integer, memory_size, number, output_dir
+from trident.autoscaler.config import MIN_INTERVAL_S
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from trident.demos.bench import Cluster, run_bench
-    from trident.units import parse_memory_bytes
+    from trident.core.units import parse_memory_bytes
 
     output_dir(args.out, "--out")
     cluster = Cluster(cpus=args.cpus, gpus=args.gpus, time_scale=args.time_scale, memory_scale=args.memory_scale,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trident.errors import ConfigError
+from trident.core.errors import ConfigError
 
 CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
 

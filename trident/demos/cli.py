@@ -17,7 +17,17 @@ import sys
 from contextlib import nullcontext
 from pathlib import Path
 
-from trident.cli_args import autoscale_policy, integer, memory_size, output_dir
+from trident.core.cli_args import integer, memory_size, output_dir
+
+
+def autoscale_policy(text: str) -> str:
+    """An argument type: a registered ``trident.autoscale`` policy name."""
+    from trident.autoscaler.config import valid_policy_names
+
+    names = valid_policy_names()
+    if text not in names:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(names)}")
+    return text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from trident.errors import ConfigError
+from trident.core.errors import ConfigError
 
 
 def normalise_rows(x: np.ndarray) -> np.ndarray:

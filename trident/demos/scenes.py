@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from trident.errors import ConfigError
+from trident.core.errors import ConfigError
 
 
 def colour_histogram(frame: np.ndarray, *, bins: int = 8) -> np.ndarray:

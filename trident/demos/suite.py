@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trident.demos.bench import MemoryWatchdog, wait_for_exit, wait_until_idle
-from trident.errors import ConfigError
+from trident.core.errors import ConfigError
 
 POLICIES = ("static", "tuned", "ray", "ds2", "trident")
 GPU_TYPES = ("A", "B")

@@ -1,4 +1,4 @@
-"""A Grafana dashboard for trident's series (:data:`trident.control.metrics.METRICS`).
+"""A Grafana dashboard for trident's series (:data:`trident.report.metrics.METRICS`).
 
 ``python -m trident.report.grafana > trident.json`` writes it; docs/grafana/trident.json is
 this output (a test keeps the two the same). Import it in Grafana next to Ray's own Data
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from trident.control.metrics import METRICS
+from trident.report.metrics import METRICS
 
 SEL = 'dataset=~"$dataset",operator=~"$operator"'
 RUN_SEL = 'dataset=~"$dataset"'

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from trident.types import (ClusterView, Decision, OperatorConfig, OperatorSnapshot, OperatorTarget, Plan,
+from trident.core.types import (ClusterView, Decision, OperatorConfig, OperatorSnapshot, OperatorTarget, Plan,
                            Snapshot, TypeUsage)
 
 FORMAT_VERSION = 1

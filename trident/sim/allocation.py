@@ -16,10 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from trident.errors import ConfigError, TraceFormatError
-from trident.sched.frag_placers import MILLI, PLACERS, FragPlacer, NodeArrays, PodShape, typical_pods
-
-
+from trident.core.errors import ConfigError, TraceFormatError
+from trident.jobs.frag_placers import PLACERS, FragPlacer
+from trident.jobs.fragmentation import MILLI, NodeArrays, PodShape, typical_pods
 EXPERIMENT_PLACERS = PLACERS + ("milp",)
 
 

@@ -1,9 +1,9 @@
 """The job layer's ``milp`` placer in FGD's allocation experiment.
 
-A pod becomes a :class:`~trident.sched.base.Job` (CPUs = milli-CPU / 1000, GPUs = whole
+A pod becomes a :class:`~trident.jobs.base.Job` (CPUs = milli-CPU / 1000, GPUs = whole
 devices or a share of one, allowed GPU models) and is placed by
-:class:`~trident.sched.placement_milp.MilpPlacer` on a :class:`~trident.sim.cluster.Cluster`
-kept in step with the experiment's :class:`~trident.sched.frag_placers.NodeArrays`. The
+:class:`~trident.jobs.placement_milp.MilpPlacer` on a :class:`~trident.sim.cluster.Cluster`
+kept in step with the experiment's :class:`~trident.jobs.frag_placers.NodeArrays`. The
 experiment's pods live on one node: a placement the MILP spreads over several nodes
 counts as a failure. Pods without GPUs (outside the MILP's scope) go to the best-fit node.
 """
@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from trident.sched.base import Job, Node
-from trident.sched.frag_placers import MILLI, FragPlacer, NodeArrays, PodShape
-from trident.sched.placement_milp import MilpPlacer
+from trident.jobs.base import Job, Node
+from trident.jobs.frag_placers import FragPlacer
+from trident.jobs.fragmentation import MILLI, NodeArrays, PodShape
+from trident.jobs.placement_milp import MilpPlacer
 from trident.sim.cluster import Cluster
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from trident.errors import ConfigError
-from trident.sched.frag_placers import PLACERS
+from trident.core.errors import ConfigError
+from trident.jobs.frag_placers import PLACERS
 from trident.sim.allocation import EXPERIMENT_PLACERS, AllocationCurve, load_nodes, load_pods, run
 from trident.sim.compare import result_document
 

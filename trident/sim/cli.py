@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trident.cli_args import integer, number, output_dir, silence_solver_banner
-from trident.errors import ConfigError
+from trident.core.cli_args import integer, number, output_dir, silence_solver_banner
+from trident.core.errors import ConfigError
 
 DEFAULT_OUT = "trident-results"
 
@@ -64,8 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _entries(args: argparse.Namespace) -> list:
     """The contenders, every name checked against the registries."""
-    import trident.sched  # noqa: F401  (registers the built-in plug-ins)
-    from trident.sched.base import JOB_POLICIES, PLACERS, PREEMPTORS
+    import trident.jobs  # noqa: F401  (registers the built-in plug-ins)
+    from trident.jobs.base import JOB_POLICIES, PLACERS, PREEMPTORS
     from trident.sim.compare import Entry
 
     if args.compare is not None:

@@ -1,4 +1,4 @@
-"""The simulator's cluster is the job layer's capacity bookkeeping (:mod:`trident.sched.capacity`)."""
-from trident.sched.capacity import Cluster
+"""The simulator's cluster is the job layer's capacity bookkeeping (:mod:`trident.jobs.capacity`)."""
+from trident.jobs.capacity import Cluster
 
 __all__ = ["Cluster"]

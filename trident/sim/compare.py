@@ -17,9 +17,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-import trident.sched  # noqa: F401  (registers the built-in plug-ins)
-from trident.errors import ConfigError
-from trident.sched.base import JOB_POLICIES, PLACERS, PREEMPTORS, Job, Node
+import trident.jobs  # noqa: F401  (registers the built-in plug-ins)
+from trident.core.errors import ConfigError
+from trident.jobs.base import JOB_POLICIES, PLACERS, PREEMPTORS, Job, Node
 from trident.sim.engine import EngineConfig, SimResult, Simulator
 from trident.sim.metrics import summarize
 

@@ -3,7 +3,7 @@
 Events (arrivals, completions, delayed-preemption wake-ups, periodic ticks for
 preemptive policies) are processed in time order; all events at one instant are
 applied before one scheduling pass, the job layer's own
-(:class:`trident.sched.dispatch.SchedulingPass`, which ``trident.JobScheduler`` runs
+(:class:`trident.jobs.dispatch.SchedulingPass`, which ``trident.JobScheduler`` runs
 on a Ray cluster too).
 
 Each (re)start of a job first spends its setup time holding its GPUs without
@@ -16,7 +16,7 @@ maximum), plus the progress lost to restarts from zero.
 
 An elastic job (``Job.max_gpus``, a pipeline) is treated as ``JobScheduler`` treats a
 pipeline: it starts on its minimum, is lent free whole GPUs of its model up to its
-maximum after a pass that leaves no job queued (:func:`trident.sched.pipelines.lend`),
+maximum after a pass that leaves no job queued (:func:`trident.jobs.pipelines.lend`),
 and evicting it shrinks it to its minimum (it keeps running, nothing is lost). Its
 progress rate follows its warm GPUs (:mod:`trident.sim.progress`): ``duration_s`` is its
 run time at ``max_gpus``; at g warm GPUs it progresses at g / ``max_gpus`` of that rate
@@ -37,12 +37,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from trident.errors import ConfigError
-from trident.sched.base import (Allocation, ArrivalPredictor, EwmaArrivalPredictor, Job, JobPolicy, JobView,
+from trident.core.errors import ConfigError
+from trident.jobs.base import (Allocation, ArrivalPredictor, EwmaArrivalPredictor, Job, JobPolicy, JobView,
                                 Node, Placer, Preemptor, Verdict)
-from trident.sched.capacity import Cluster
-from trident.sched.dispatch import PassConfig, SchedulingPass
-from trident.sched.pipelines import combine, held_gpus, lend
+from trident.jobs.capacity import Cluster
+from trident.jobs.dispatch import PassConfig, SchedulingPass
+from trident.jobs.pipelines import combine, held_gpus, lend
 from trident.sim.progress import finish_s, work_done
 
 _QUEUED, _RUNNING, _DONE = 0, 1, 2
@@ -176,7 +176,7 @@ class _Run:
 
 
 class _Host:
-    """The simulator's state as a :class:`~trident.sched.dispatch.PassHost`."""
+    """The simulator's state as a :class:`~trident.jobs.dispatch.PassHost`."""
 
     __slots__ = ("capacity", "queue", "running", "start", "evict", "runs")
 

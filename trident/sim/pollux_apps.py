@@ -25,8 +25,8 @@ from typing import Sequence
 
 import numpy as np
 
-from trident.errors import ConfigError
-from trident.sched.elastic import packed_placement
+from trident.core.errors import ConfigError
+from trident.jobs.elastic import packed_placement
 
 APP_SETTINGS = {"bert": {"max_epochs": 2}, "cifar10": {"max_epochs": 100, "init_batch_size": 128},
                 "ncf": {"max_epochs": 10}, "imagenet": {"max_epochs": 90, "max_batch_size": 12800},

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from trident.errors import ConfigError, TraceFormatError
-from trident.sched.elastic import OptimusAlloc, TiresiasAlloc
+from trident.core.errors import ConfigError, TraceFormatError
+from trident.jobs.elastic import OptimusAlloc, TiresiasAlloc
 from trident.sim.rounds import ElasticJob, RoundConfig, replay
 
 POLICIES = {"tiresias": TiresiasAlloc, "optimus": OptimusAlloc}

@@ -3,7 +3,7 @@
 The protocol of Pollux's simulator: time advances in rounds (60 s); within a round each
 allocated job progresses at its application's goodput for its placement and batch
 (:mod:`trident.sim.pollux_apps`), crossing epoch boundaries as it goes; after the round
-the policy (:mod:`trident.sched.elastic`) re-allocates every active job (arrived, not
+the policy (:mod:`trident.jobs.elastic`) re-allocates every active job (arrived, not
 finished); a job whose allocation changes spends ``restart_s`` (30 s) holding its new
 GPUs before it progresses again. A job finishes when the progress of its last epoch is
 reached; its completion time is exact to the second within the round.
@@ -15,8 +15,8 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from trident.errors import ConfigError
-from trident.sched.elastic import ElasticView
+from trident.core.errors import ConfigError
+from trident.jobs.elastic import ElasticView
 from trident.sim.pollux_apps import Application, LocalBatch, application
 
 

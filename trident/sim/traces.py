@@ -1,7 +1,7 @@
-"""Loaders of public GPU-cluster traces into one job schema (:class:`trident.sched.base.Job`).
+"""Loaders of public GPU-cluster traces into one job schema (:class:`trident.jobs.base.Job`).
 
 Every loader returns a :class:`Trace` (jobs, the cluster's nodes, and counts of rows
-left out and why). A malformed row raises :class:`~trident.errors.TraceFormatError`
+left out and why). A malformed row raises :class:`~trident.core.errors.TraceFormatError`
 naming the file and line; with ``skip_bad=True`` it is skipped and counted instead.
 Rows that are well formed but cannot be replayed (CPU-only pods, jobs that never
 ran) are left out and counted under ``excluded``.
@@ -20,8 +20,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from trident.errors import ConfigError
-from trident.sched.base import Job, Node
+from trident.core.errors import ConfigError
+from trident.jobs.base import Job, Node
 from trident.sim.loaders.alibaba import PAI_JOB_COLUMNS, PAI_MACHINE_COLUMNS, PAI_TASK_COLUMNS, load_alibaba_2023, \
     load_pai_2020
 from trident.sim.loaders.common import MAX_GPUS_PER_NODE, MAX_JOB_GPUS, MAX_NODES, Trace

@@ -9,8 +9,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from trident.errors import TraceFormatError
-from trident.sched.base import Job, Node
+from trident.core.errors import TraceFormatError
+from trident.jobs.base import Job, Node
 
 
 

@@ -6,8 +6,8 @@ import json
 import math
 from pathlib import Path
 
-from trident.errors import ConfigError, TraceFormatError
-from trident.sched.base import Job, Node
+from trident.core.errors import ConfigError, TraceFormatError
+from trident.jobs.base import Job, Node
 from trident.sim.loaders.common import (BadRow, Rows, Trace, existing, find_beside, finish, gpus_demand, node_gpus,
                                         parse_time)
 

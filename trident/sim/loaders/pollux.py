@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trident.errors import ConfigError
-from trident.sched.base import Job, Node
+from trident.core.errors import ConfigError
+from trident.jobs.base import Job, Node
 from trident.sim.loaders.common import BadRow, Rows, Trace, finish, gpus_demand
 
 

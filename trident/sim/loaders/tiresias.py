@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trident.errors import ConfigError, TraceFormatError
-from trident.sched.base import Job, Node
+from trident.core.errors import ConfigError, TraceFormatError
+from trident.jobs.base import Job, Node
 from trident.sim.loaders.common import (MAX_NODES, BadRow, Rows, Trace, existing, find_beside, finish, gpus_demand,
                                         node_gpus)
 

@@ -1,0 +1,131 @@
+"""The rollout and inner-loop steps of the ``trident`` policy: apply a plan phase by phase (a pool
+that stands still short of its target is re-planned around its obstacle, :mod:`.phases`), and
+between plans Ray Data's own rule within the planner's bounds (:mod:`.inner`). Pure: no Ray, no
+clock."""
+from __future__ import annotations
+
+from trident.autoscaler.policies.trident import estimates, tuner
+from trident.autoscaler.policies.trident.inner import inner_targets
+from trident.autoscaler.policies.trident.phases import Stuck, hold_tasks
+from trident.autoscaler.policies.trident.records import Bounds, key_of
+from trident.core.types import Decision, OperatorTarget, Snapshot
+
+
+class RolloutSteps:
+    """The rollout and inner-loop steps of :class:`~trident.autoscaler.policies.trident.policy.TridentPolicy`."""
+
+    @staticmethod
+    def _hold_tasks(snap: Snapshot) -> tuple[tuple[OperatorTarget, ...], str]:
+        """Task operators held at their running tasks while actors start in the room old ones
+        leave (Ray gives a freed CPU to whichever request comes first: task operators' new tasks
+        kept a type move's actors pending for 20 s on the two-types scenario); the caps and
+        the words for the reason."""
+        caps = hold_tasks(snap)
+        if not caps:
+            return (), ""
+        return caps, ("; task operators held at their running tasks (" + ", ".join(
+            f"{c.name} <= {c.replicas}" for c in caps) + ") so that the CPUs old replicas leave wait for the new ones")
+
+    # --- rollout phases ------------------------------------------------------------------------
+
+    def _rollout(self, snap: Snapshot, now: float, notes: list[str]) -> Decision:
+        s = self.settings
+        waiting = self.phases.settling(snap)
+        stuck = self.phases.stuck(snap, now, patience_steps=s.stuck_intervals,
+                                  cold_start_s={n: estimates.cold_start_s(tr, snap.operator(n), s)
+                                                for n, tr in self.tracks.items() if n in self.phases.operators()},
+                                  heap_bytes=self._heaps(snap), memory_limit_bytes=self.context.memory_limit_bytes,
+                                  margin=s.memory_margin)
+        if stuck is not None and not stuck.drain:
+            return self._replan(stuck, snap, now, notes)
+        timed_out = now - self.phases.started_s >= s.rollout_timeout_s
+        if waiting and not timed_out and stuck is None:
+            return Decision(time_s=now, reason=f"rollout: waiting for {', '.join(st.operator for st in waiting)} "
+                                               f"to reach its target", notes=tuple(notes), kind="rollout")
+        trial = self.phases.trial
+        phase = self.phases.advance(now)
+        self.last_plan_s = now
+        if not phase:
+            if trial:  # the trial's point is its measurement: the planner looks as soon as it is in,
+                # not a dwell later (batch-size scenario: 8 x batch 32 waited 3 s on it, and 15 s
+                # where nothing else ended the dwell)
+                self.replan_now, self.last_look_s, self.phases.trial = True, None, False
+            return Decision(time_s=now, reason="rollout complete" + (" (timed out waiting)" if timed_out else ""),
+                            notes=tuple(notes), kind="rollout")
+        after = f" ({stuck.obstacle})" if stuck is not None else " after a timeout" if timed_out else ""
+        reason = f"rollout: next phase{after} | now: " + "; ".join(st.reason for st in phase)
+        decision = self._issue(tuple(st.target for st in phase), reason, now, notes, kind="rollout")
+        self.phases.plan_seq = self.plan_seq
+        return decision
+
+    def _replan(self, stuck: Stuck, snap: Snapshot, now: float, notes: list[str]) -> Decision:
+        """A pool stands short of its target: end the rollout, name the obstacle, plan again
+        around it (task caps that free CPUs, or at most what the pool reached)."""
+        self.phases.clear()
+        self.replan_now = True
+        self.last_look_s = None
+        reason = (f"replan: {stuck.operator} stays at {stuck.reached} of {stuck.wanted} replicas: "
+                  f"{stuck.obstacle}")
+        if stuck.task_caps:
+            caps = ", ".join(f"{t.name} <= {t.replicas}" for t in stuck.task_caps)
+            return self._issue(stuck.task_caps, f"{reason}; capping task concurrency to make room: {caps}",
+                               now, notes, kind="replan")
+        if not stuck.short:  # nothing is short: cancelling the pending actors would only start them again
+            # later (on the PDF benchmark OCR's 4 new actors were cancelled at 1 of 5, three times, 100 s)
+            self.ceilings[stuck.operator] = (Bounds(lo=0, hi=stuck.wanted, why=stuck.obstacle), now)
+            return Decision(time_s=now, reason=f"{reason}; its target stays (nothing is short: the actors start "
+                                               f"when Ray gets to them) and the plan is redone", notes=tuple(notes),
+                            kind="replan")
+        # held at what it reached, never below what it had before the step (actors of its own
+        # still starting are not the obstacle; holding a bottleneck below them cost 37 s at one
+        # replica on the regime-shift scenario) unless the step shrank it: a batch-size trial
+        # on fewer replicas (held at the old 8 at batch 64, the pool broke the memory limit)
+        hold = max(stuck.reached, min(stuck.before, stuck.wanted), 1)
+        self.ceilings[stuck.operator] = (Bounds(lo=0, hi=hold, why=stuck.obstacle), now)
+        b = self.bounds.get(stuck.operator)
+        if b is not None and b.lo > hold:
+            self.bounds[stuck.operator] = Bounds(lo=hold, hi=b.hi, why=stuck.obstacle)
+        target = OperatorTarget(name=stuck.operator, replicas=hold)
+        return self._issue((target,), f"{reason}; holding it at {target.replicas} until the plan is redone",
+                           now, notes, kind="replan")
+
+    # --- the inner loop ------------------------------------------------------------------------
+
+    def _inner(self, snap: Snapshot, now: float, notes: list[str]) -> Decision | None:
+        targets, reasons, self.held_back = inner_targets(
+            snap, {**self.bounds, **self._first_batch_holds(snap)}, self._heaps(snap),
+            memory_limit_bytes=self.context.memory_limit_bytes, settings=self.settings, skip=self.phases.operators(),
+            wanted=self.held_back)
+        fresh = [(t, r) for t, r in zip(targets, reasons) if self.inner_sent.get(t.name) != t.replicas]
+        if not fresh:
+            return None
+        targets, reasons = [t for t, _ in fresh], [r for _, r in fresh]
+        self.inner_sent.update({t.name: t.replicas for t in targets})
+        return self._issue(tuple(targets), "inner: " + "; ".join(reasons), now, notes, kind="inner", plan_made=False)
+
+    def _first_batch_holds(self, snap: Snapshot) -> dict[str, Bounds]:
+        """Under a memory limit, with the batch-size search on, a pool no task of which has finished
+        is held at its size: the search may start its new replicas at another batch once the first
+        batch is measured (about one task's time). Grown first, the new replicas would be cancelled
+        for the trial's (batch-size scenario: seven actors started at batch 8 and cancelled a second
+        later for four at batch 32, which then took 23 s to start on two cores). A pool whose heap
+        read now leaves the search no larger batch to certify is not held (:func:`tuner.may_try_larger`)."""
+        limit = self.context.memory_limit_bytes
+        if limit is None or self.settings.bo_trials == 0:
+            return {}
+        heaps = self._heaps(snap)
+        return {o.name: Bounds(lo=o.config.min_replicas, hi=max(o.config.replicas or 1, o.config.min_replicas, 1),
+                               why="no batch measured yet: the batch-size search may choose its new replicas' batch")
+                for o in snap.operators
+                if o.config.kind == "actor" and o.config.batch_size and o.tasks_finished == 0 and not o.completed
+                and tuner.may_try_larger(snap, o, heaps, limit)}
+
+    def _heaps(self, snap: Snapshot) -> dict[str, float]:
+        return {o.name: estimates.heap(self.tracks[o.name], key_of(o.config), self.settings)
+                for o in snap.operators if o.name in self.tracks}
+
+
+def moves(steps) -> bool:
+    """Whether a rollout starts actors in the room old ones leave on a node: a move to another
+    accelerator type, or a swap."""
+    return any(st.target.accelerator_type is not None or st.target.swap for st in steps)

@@ -1,0 +1,273 @@
+"""How the fluid simulator applies plan targets, as the shim does (see :mod:`trident.autoscaler.sim.pipeline`):
+replicas in groups started together, pending until the cluster has room; scale-downs that
+cancel pending replicas first and drain busy ones; rolling updates and swaps."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from trident.autoscaler.actuation import PENDING_GUARD_S, swap_window
+from trident.autoscaler.sim.model import SimOperator
+from trident.core.types import OperatorTarget
+
+
+@dataclass
+class _Group:
+    """Replicas of one configuration started together."""
+
+    count: int
+    batch_size: int | None
+    num_gpus: float
+    accelerator_type: str | None
+    ready_at_s: float | None  # None while waiting for resources
+    gpu_type: str | None = None
+    retiring: bool = False
+    """Old configuration, retired one for each new replica that is warm."""
+    release_at_s: float | None = None
+    """Set while draining: the replicas finish the batch they hold and go at this time."""
+    kept: bool = False
+    """Old replicas an update of the accelerator type alone keeps (already on that type)."""
+
+
+@dataclass
+class _OpState:
+    spec: SimOperator
+    groups: list[_Group]
+    queue_rows: float = 0.0
+    rows_in: float = 0.0
+    rows_out: float = 0.0
+    bytes_in: float = 0.0
+    busy_s: float = 0.0
+    failed: int = 0
+    config_replicas: int = 0
+    batch_size: int | None = None
+    num_gpus: float = 0.0
+    accelerator_type: str | None = None
+    backpressured: bool = False
+    completed: bool = False
+    last_rows_out: float = 0.0
+    last_bytes_out: float = 0.0
+    utilisation: float = 0.0
+    """Share of the warm replicas' capacity used in the last step (0-1)."""
+    retired: int = 0
+    """Old replicas retired in the rolling update in progress."""
+    rollout_started_s: float | None = None
+    swap: bool = False
+    """The rolling update in progress swaps old replicas for new ones half the pool at a time."""
+    swap_cap: int = 0
+    """Most replicas while old ones are left in a swap: the smaller of the old and new pools."""
+
+
+class Actuation:
+    """Plan application and replica bookkeeping for :class:`~trident.autoscaler.sim.pipeline.PipelineSim`
+    (which holds ``spec``, ``ops``, ``time_s``, ``reconfigurations`` and ``_regime``)."""
+
+    # --- resources -------------------------------------------------------------------
+
+    def _free(self) -> tuple[float, dict[str, float]]:
+        cpus = sum(n.count * n.cpus for n in self.spec.nodes)
+        gpus: dict[str, float] = {}
+        for n in self.spec.nodes:
+            if n.gpus > 0:
+                gpus[n.gpu_type or "gpu"] = gpus.get(n.gpu_type or "gpu", 0.0) + n.count * n.gpus
+        for st in self.ops:
+            for g in st.groups:
+                if g.ready_at_s is not None:
+                    cpus -= g.count * st.spec.num_cpus
+                    if g.num_gpus > 0:
+                        gpus[g.gpu_type] -= g.count * g.num_gpus
+        return cpus, gpus
+
+    def _start_pending(self) -> None:
+        """Start waiting groups, in order, while the cluster has room (partially when it has some)
+        and, for actors, while fewer than ``spec.start_slots`` replicas are starting (then to the
+        operators with the smallest share of their target started first, as the shim)."""
+        cpus, gpus = self._free()
+        slots, order = self.spec.start_slots, self.ops
+        if slots is not None:
+            slots -= sum(g.count for st in self.ops for g in st.groups
+                         if g.ready_at_s is not None and g.ready_at_s > self.time_s)
+            order = sorted(self.ops, key=self._filled)
+        for st in order:
+            for g in list(st.groups):
+                if g.ready_at_s is not None or g.count == 0:
+                    continue
+                types = [g.accelerator_type] if g.accelerator_type else sorted(gpus, key=lambda t: -gpus[t])
+                for t in types if g.num_gpus > 0 else [None]:
+                    fit = g.count
+                    if st.spec.num_cpus > 0:
+                        fit = min(fit, int(cpus // st.spec.num_cpus + 1e-9))
+                    if g.num_gpus > 0:
+                        fit = min(fit, int(gpus.get(t, 0.0) // g.num_gpus + 1e-9))
+                    cold = 0.0 if st.spec.kind == "task" else st.spec.cold_start_s
+                    gated = slots is not None and cold > 0  # a replica that starts at once holds no slot
+                    if gated:
+                        fit = min(fit, slots)
+                    if fit <= 0:
+                        continue
+                    if gated:
+                        slots -= fit
+                    started = _Group(count=fit, batch_size=g.batch_size, num_gpus=g.num_gpus,
+                                     accelerator_type=g.accelerator_type, ready_at_s=self.time_s + cold, gpu_type=t)
+                    st.groups.insert(st.groups.index(g), started)
+                    g.count -= fit
+                    cpus -= fit * st.spec.num_cpus
+                    if t is not None:
+                        gpus[t] -= fit * g.num_gpus
+                    if g.count == 0:
+                        break
+            st.groups = [g for g in st.groups if g.count > 0]
+
+    @staticmethod
+    def _filled(st: _OpState) -> float:
+        """The share of ``st``'s target its started replicas make (1 with no target)."""
+        started = sum(g.count for g in st.groups if g.ready_at_s is not None and not g.retiring)
+        return started / st.config_replicas if st.config_replicas else 1.0
+
+    # --- plan application ------------------------------------------------------------
+
+    def _apply(self, target: OperatorTarget) -> None:
+        st = next((s for s in self.ops if s.spec.name == target.name), None)
+        if st is None:
+            return
+        new_batch = target.batch_size if target.batch_size is not None else st.batch_size
+        new_gpus = target.num_gpus if target.num_gpus is not None else st.num_gpus
+        new_type = target.accelerator_type if target.accelerator_type is not None else st.accelerator_type
+        n = st.config_replicas if target.replicas is None else target.replicas
+        lo, hi = st.spec.min_replicas, st.spec.max_replicas
+        n = max(lo, n if hi is None else min(hi, n))
+        changed_cfg = (new_batch, new_gpus, new_type) != (st.batch_size, st.num_gpus, st.accelerator_type)
+        if changed_cfg and st.spec.kind == "actor":
+            type_only = (new_batch, new_gpus) == (st.batch_size, st.num_gpus)
+            for g in st.groups:
+                if not self._is_warm(g):
+                    g.count = 0  # pending replicas would come up with the old configuration
+                elif type_only and g.gpu_type == new_type and g.release_at_s is None and not g.retiring:
+                    g.kept, g.accelerator_type = True, new_type  # what a new replica would be
+                    continue
+                g.retiring, g.kept = True, False
+            st.groups = [g for g in st.groups if g.count > 0]
+            st.retired, st.rollout_started_s, st.swap = 0, self.time_s, target.swap
+            st.swap_cap = min(n, sum(g.count for g in st.groups))
+        elif changed_cfg:  # tasks pick up a new configuration with their next task
+            for g in st.groups:
+                g.batch_size, g.num_gpus, g.accelerator_type = new_batch, new_gpus, new_type
+                if g.ready_at_s is not None and g.num_gpus > 0 and new_type and g.gpu_type != new_type:
+                    g.ready_at_s, g.gpu_type = None, None
+        if changed_cfg or n != st.config_replicas:
+            self.reconfigurations += 1
+        st.batch_size, st.num_gpus, st.accelerator_type = new_batch, new_gpus, new_type
+        live = sum(g.count for g in st.groups if not g.retiring and g.release_at_s is None)
+        for g in st.groups:  # a rising target puts drained replicas back to work first
+            if n > live and g.release_at_s is not None and not g.retiring:
+                back = min(n - live, g.count)
+                if back < g.count:
+                    st.groups.append(replace(g, count=g.count - back))
+                g.count, g.release_at_s = back, None
+                live += back
+        if st.swap:  # new replicas start where old ones leave (:meth:`_swap`)
+            live = n
+        if n > live:
+            st.groups.append(_Group(count=n - live, batch_size=new_batch, num_gpus=new_gpus,
+                                    accelerator_type=new_type, ready_at_s=None))
+        elif n < live and not st.swap:
+            self._remove(st, live - n)
+        st.config_replicas = n
+        self._start_pending()
+
+    def _remove(self, st: _OpState, k: int) -> None:
+        """Scale down by ``k``: pending replicas are cancelled first (the newest first), then warm
+        ones are drained: they finish the batch they hold and go (:meth:`_drain`)."""
+        order = sorted((g for g in st.groups if not g.retiring and g.release_at_s is None),
+                       key=lambda g: (self._is_warm(g), -(g.ready_at_s or 0.0)))
+        for g in order:
+            take = min(k, g.count)
+            if self._is_warm(g):
+                self._drain(st, g, take)
+            else:
+                g.count -= take
+            k -= take
+            if k == 0:
+                break
+        st.groups = [g for g in st.groups if g.count > 0]
+
+    def _is_warm(self, g: _Group) -> bool:
+        return g.ready_at_s is not None and g.ready_at_s <= self.time_s
+
+    def _drain(self, st: _OpState, g: _Group, k: int) -> None:
+        """``k`` warm replicas of ``g`` stop getting work and go once their batch is done."""
+        if k <= 0:
+            return
+        dev = st.spec.device(g.gpu_type or g.accelerator_type, g.num_gpus)
+        rate = st.spec.rate_rows_per_s(dev, g.batch_size, self._regime(self.ops.index(st), st))
+        batch_s = (g.batch_size or 1) / rate if rate > 0 else 0.0
+        g.count -= k
+        st.groups.append(_Group(count=k, batch_size=g.batch_size, num_gpus=g.num_gpus,
+                                accelerator_type=g.accelerator_type, ready_at_s=g.ready_at_s, gpu_type=g.gpu_type,
+                                retiring=g.retiring, release_at_s=self.time_s + batch_s))
+
+    def _finish_rollouts(self) -> None:
+        """Release drained replicas whose batch is done; in a rolling update retire one old
+        replica for each new one that is warm, and one to make room when no new replica has
+        started for ``PENDING_GUARD_S`` (as the shim's :class:`~trident.autoscaler.shim.rollout.Rollout`)."""
+        for st in self.ops:
+            st.groups = [g for g in st.groups if g.release_at_s is None or g.release_at_s > self.time_s]
+            old = [g for g in st.groups if g.retiring and g.release_at_s is None]
+            if st.swap:
+                self._swap(st, old)
+                continue
+            if not old:
+                st.rollout_started_s = None
+                for g in st.groups:
+                    g.kept = False
+                continue
+            warm_new = sum(g.count for g in st.groups if not g.retiring and not g.kept and self._is_warm(g)
+                           and g.release_at_s is None)
+            k = max(0, warm_new - st.retired)
+            kept = sum(g.count for g in st.groups if g.kept and g.release_at_s is None)
+            if kept:  # old replicas beyond the target once the kept ones count: at once
+                k = max(k, kept + warm_new + sum(g.count for g in old) - st.config_replicas)
+            started = any(not g.retiring and not g.kept and g.ready_at_s is not None for g in st.groups)
+            if k == 0 and not started and self.time_s - (st.rollout_started_s or self.time_s) > PENDING_GUARD_S:
+                st.swap, st.swap_cap = True, min(st.config_replicas, sum(g.count for g in st.groups if g.retiring))
+                self._swap(st, old)
+                continue
+            self._retire(st, old, k)
+
+    def _retire(self, st: _OpState, old: list[_Group], k: int) -> None:
+        """Drain ``k`` old replicas of a rolling update."""
+        for g in old:
+            take = min(k, g.count)
+            self._drain(st, g, take)
+            st.retired += take
+            k -= take
+        st.groups = [g for g in st.groups if g.count > 0]
+
+    def _swap(self, st: _OpState, old: list[_Group]) -> None:
+        """A swap (as the shim's): old replicas drain half the pool at a time
+        (:func:`~trident.autoscaler.actuation.swap_window`), counting new ones still starting; new ones
+        start in the room the old ones leave, old and new together never more than ``swap_cap``
+        until the last old one is gone."""
+        n = st.config_replicas
+        alive_old = sum(g.count for g in st.groups if g.retiring)
+        new = sum(g.count for g in st.groups if not g.retiring)
+        most = min(n, st.swap_cap) if alive_old else n
+        excess = new - max(most - alive_old, 0)
+        for g in st.groups:  # new replicas still waiting beyond the room: cancelled
+            if excess > 0 and not g.retiring and g.ready_at_s is None:
+                take = min(excess, g.count)
+                g.count -= take
+                excess -= take
+        new = sum(g.count for g in st.groups if not g.retiring)
+        if new < most - alive_old:
+            st.groups.append(_Group(count=most - alive_old - new, batch_size=st.batch_size, num_gpus=st.num_gpus,
+                                    accelerator_type=st.accelerator_type, ready_at_s=None))
+        starting = sum(g.count for g in st.groups if not g.retiring and not self._is_warm(g))
+        draining = sum(g.count for g in st.groups if g.retiring and g.release_at_s is not None)
+        leave = swap_window(n, alive_old, sum(g.count for g in st.groups if g.kept)) - draining - starting
+        if any(g.kept for g in st.groups):  # old replicas beyond the target once kept and new ones count
+            leave = max(leave, sum(g.count for g in st.groups if not g.retiring) + sum(g.count for g in old) - n)
+        self._retire(st, old, max(0, leave))
+        if not any(g.retiring for g in st.groups):
+            st.swap, st.rollout_started_s = False, None
+            for g in st.groups:
+                g.kept = False

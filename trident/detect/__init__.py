@@ -1,4 +1,0 @@
-"""Online changepoint detection on per-replica throughput and input row size."""
-from trident.detect.changepoint import ChangeDetector, ChangeEvent, bic_penalty, robust_sigma
-
-__all__ = ["ChangeDetector", "ChangeEvent", "bic_penalty", "robust_sigma"]
