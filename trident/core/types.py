@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from trident.core.cluster import NodeShape
 from trident.core.errors import ConfigError
 
 OperatorKind = Literal["task", "actor", "other"]
@@ -138,6 +139,8 @@ class ClusterView:
     """CPUs of the nodes of each accelerator type (what actors pinned to the type can use)."""
     object_store_bytes: int | None = None
     memory_limit_bytes: int | None = None
+    nodes: tuple[NodeShape, ...] = ()
+    """The live nodes, as Ray schedules on them (empty where unknown: then only the totals count)."""
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from trident.core.cluster import NodeShape
 from trident.core.types import (ClusterView, Decision, OperatorConfig, OperatorSnapshot, OperatorTarget, Plan,
                            Snapshot, TypeUsage)
+from trident.report.predictions import plan_checks, prediction_error
 
 FORMAT_VERSION = 1
 
@@ -122,7 +124,9 @@ def _snapshot(d: dict[str, Any]) -> Snapshot:
                 for o in d["operators"])
     c = d["cluster"]
     cluster = ClusterView(**{**c, "gpus_by_type": tuple(tuple(x) for x in c.get("gpus_by_type", ())),
-                             "cpus_by_type": tuple(tuple(x) for x in c.get("cpus_by_type", ()))})
+                             "cpus_by_type": tuple(tuple(x) for x in c.get("cpus_by_type", ())),
+                             "nodes": tuple(NodeShape(**{**n, "resources": tuple(tuple(r) for r in n["resources"])})
+                                            for n in c.get("nodes", ()))})
     return Snapshot(execution_id=d["execution_id"], seq=d["seq"], time_s=d["time_s"], operators=ops, cluster=cluster,
                     input_rows_total=d.get("input_rows_total"), applied_plan_seq=d.get("applied_plan_seq", 0))
 
@@ -198,6 +202,7 @@ def summarize(record: RunRecord) -> dict[str, Any]:
         "controller_failure": next((ev.message for ev in events if ev.kind == "controller_failed"), None),
         "warnings": list(record.warnings),
         "shim_time_s": sum(e.shim_time_s for e in record.executions),
+        "prediction_error": prediction_error([c for e in record.executions for c in plan_checks(e)]),
     }
     if wall_s is not None:
         out["wall_s"] = wall_s

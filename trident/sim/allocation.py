@@ -18,8 +18,10 @@ import numpy as np
 
 from trident.core.errors import ConfigError, TraceFormatError
 from trident.jobs.frag_placers import PLACERS, FragPlacer
-from trident.jobs.fragmentation import MILLI, NodeArrays, PodShape, typical_pods
+from trident.jobs.fragmentation import MAX_GPU_MILLI, MILLI, NodeArrays, PodShape, typical_pods
 EXPERIMENT_PLACERS = PLACERS + ("milp",)
+POD_COLUMNS = ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli")  # gpu_spec is optional
+MAX_POD_GPUS = MAX_GPU_MILLI // MILLI  # GPUs of the largest node
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class Cluster:
 
 
 def _rows(path: Path, required: tuple[str, ...]):
+    """(line, row) of a CSV file with a header naming at least ``required``."""
     if not path.is_file():
         raise TraceFormatError(str(path), 0, "file not found")
     with open(path, newline="") as f:
@@ -45,7 +48,19 @@ def _rows(path: Path, required: tuple[str, ...]):
         missing = [c for c in required if c not in (reader.fieldnames or [])]
         if missing:
             raise TraceFormatError(str(path), 1, f"missing columns {missing}")
-        yield from enumerate(reader, start=2)
+        for r in reader:
+            if None in r or None in r.values():
+                raise TraceFormatError(str(path), reader.line_num, f"expected {len(reader.fieldnames)} fields")
+            yield reader.line_num, r
+
+
+def _whole(r: dict[str, str], col: str, most: int | None = None) -> int:
+    """``r[col]`` as a whole number in 0..``most`` (no bound when None); ValueError otherwise."""
+    text = r[col].strip()
+    if not (text.isascii() and text.isdigit()) or (most is not None and int(text) > most):
+        limits = ">= 0" if most is None else f"in 0..{most}"
+        raise ValueError(f"{col}={r[col]!r}: expected a whole number {limits}")
+    return int(text)
 
 
 def load_nodes(path: str | Path) -> Cluster:
@@ -64,19 +79,20 @@ def load_nodes(path: str | Path) -> Cluster:
 
 
 def load_pods(path: str | Path, cluster: Cluster) -> list[PodShape]:
-    """An ``openb_pod_list_*.csv`` (cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_spec)."""
+    """An ``openb_pod_list_*.csv``: cpu_milli (1000 = one core), memory_mib (MiB), num_gpu
+    (0..8), gpu_milli (per GPU, 0..1000, 1000 = a whole GPU) and optionally gpu_spec (the
+    allowed GPU models, ``|``-separated; empty, or no column as in the ``multigpu*`` lists,
+    = any model). A bad row raises TraceFormatError naming the file and line."""
     pods = []
-    for line, r in _rows(Path(path), ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")):
+    for line, r in _rows(Path(path), POD_COLUMNS):
         try:
-            num, milli = int(r["num_gpu"]), int(r["gpu_milli"])
-            spec = [s for s in r["gpu_spec"].split("|") if s]
+            cpu, mem = _whole(r, "cpu_milli"), _whole(r, "memory_mib")
+            num, milli = _whole(r, "num_gpu", MAX_POD_GPUS), _whole(r, "gpu_milli", MILLI)
         except ValueError as exc:
             raise TraceFormatError(str(path), line, str(exc)) from None
-        mask = None
-        if spec and num:
-            mask = np.array([m in spec for m in cluster.models])
-        pods.append(PodShape(int(r["cpu_milli"]), int(r["memory_mib"]), num if milli else 0, milli if num else 0,
-                             mask))
+        spec = [s for s in r.get("gpu_spec", "").split("|") if s]
+        mask = np.array([m in spec for m in cluster.models]) if spec and num else None
+        pods.append(PodShape(cpu, mem, num if milli else 0, milli if num else 0, mask))
     if not pods:
         raise TraceFormatError(str(path), 0, "no pods")
     return pods

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from trident.autoscaler.shim.live_memory import LiveMemory
+from trident.core.cluster import ACCELERATOR_PREFIX, NodeShape, node_shapes
 from trident.core.types import ClusterView, OperatorConfig, OperatorSnapshot, Snapshot, TypeUsage
 
-ACCELERATOR_PREFIX = "accelerator_type:"
 
 
 def recent_samples_tracker(tracker: Any) -> Any:
@@ -303,6 +303,7 @@ class NodeCensus(NamedTuple):
     cpus_by_type: tuple[tuple[str, float], ...]
     node_type: dict[str, str]
     """Node id -> accelerator type, for the nodes that name one."""
+    nodes: tuple[NodeShape, ...] = ()
 
 
 class ClusterWatch:
@@ -315,7 +316,7 @@ class ClusterWatch:
         self.resource_manager = resource_manager
         self.memory_limit_bytes = memory_limit_bytes
         self.nodes_every_s = nodes_every_s
-        self._nodes = NodeCensus(0.0, (), (), {})
+        self._nodes = NodeCensus(0.0, (), (), {}, ())
         self._nodes_at_s: float | None = None
 
     @property
@@ -338,29 +339,22 @@ class ClusterWatch:
             gpus = max(gpus, min(physical, float(options.resource_limits.gpu)))
         typed = tuple((t, min(g, gpus)) for t, g in self._nodes.gpus_by_type)  # a GPU budget caps every type
         return ClusterView(cpus=float(limits.cpu), gpus=gpus, gpus_by_type=typed,
-                           cpus_by_type=self._nodes.cpus_by_type,
+                           cpus_by_type=self._nodes.cpus_by_type, nodes=self._nodes.nodes,
                            object_store_bytes=int(store) if store != float("inf") else None,
                            memory_limit_bytes=self.memory_limit_bytes)
 
 
 def node_census() -> NodeCensus:
-    """GPUs over the cluster's live nodes, in all and per accelerator type, CPUs per type, and
-    each typed node's type."""
+    """GPUs over the cluster's live nodes, in all and per accelerator type, CPUs per type, each
+    typed node's type, and every live node's shape."""
     import ray
 
-    total = 0.0
+    nodes = node_shapes(ray.nodes())
     gpus: dict[str, float] = {}
     cpus: dict[str, float] = {}
-    node_type: dict[str, str] = {}
-    for node in ray.nodes():
-        if not node.get("Alive"):
-            continue
-        res = node.get("Resources", {})
-        total += float(res.get("GPU", 0.0))
-        for key in res:
-            if key.startswith(ACCELERATOR_PREFIX):
-                name = key[len(ACCELERATOR_PREFIX):]
-                gpus[name] = gpus.get(name, 0.0) + float(res.get("GPU", 0.0))
-                cpus[name] = cpus.get(name, 0.0) + float(res.get("CPU", 0.0))
-                node_type[node["NodeID"]] = name
-    return NodeCensus(total, tuple(sorted(gpus.items())), tuple(sorted(cpus.items())), node_type)
+    for n in nodes:
+        if n.accelerator_type is not None:
+            gpus[n.accelerator_type] = gpus.get(n.accelerator_type, 0.0) + n.gpus
+            cpus[n.accelerator_type] = cpus.get(n.accelerator_type, 0.0) + n.cpus
+    return NodeCensus(sum(n.gpus for n in nodes), tuple(sorted(gpus.items())), tuple(sorted(cpus.items())),
+                      {n.node_id: n.accelerator_type for n in nodes if n.accelerator_type is not None}, nodes)

@@ -23,7 +23,7 @@ from ray.data._internal.actor_autoscaler import ActorPoolScalingRequest, _get_ma
 from ray.data._internal.execution.interfaces import ExecutionResources
 
 from trident.autoscaler.actuation import PENDING_GUARD_S, swap_window
-from trident.autoscaler.shim.metrics import ACCELERATOR_PREFIX
+from trident.core.cluster import ACCELERATOR_PREFIX
 from trident.core.types import OperatorTarget
 
 Starts = Callable[[int], int]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from trident.core.cluster import NodeShape
 from trident.core.errors import ConfigError
 from trident.core.types import ClusterView
 
@@ -143,7 +144,11 @@ class PipelineSpec:
                 t = n.gpu_type or "gpu"
                 by_type[t] = by_type.get(t, 0.0) + n.count * n.gpus
                 cpus_by_type[t] = cpus_by_type.get(t, 0.0) + n.count * n.cpus
+        nodes = tuple(NodeShape(node_id=f"{g}-{k}", cpus=n.cpus, gpus=n.gpus,
+                                accelerator_type=(n.gpu_type or "gpu") if n.gpus > 0 else None)
+                      for g, n in enumerate(self.nodes) for k in range(n.count))
         return ClusterView(cpus=sum(n.count * n.cpus for n in self.nodes),
                            gpus=sum(n.count * n.gpus for n in self.nodes),
                            gpus_by_type=tuple(sorted(by_type.items())),
-                           cpus_by_type=tuple(sorted(cpus_by_type.items())), memory_limit_bytes=self.memory_limit_bytes)
+                           cpus_by_type=tuple(sorted(cpus_by_type.items())), memory_limit_bytes=self.memory_limit_bytes,
+                           nodes=nodes)

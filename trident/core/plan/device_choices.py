@@ -71,6 +71,8 @@ class DeviceChoices:
             rows.append((everywhere, 2, float(problem.memory_limit_bytes)))
         if problem.cpus_limit is not None:
             rows.append((everywhere, 0, float(problem.cpus_limit)))
+        if problem.gpus_limit is not None:
+            rows.append((everywhere, 1, float(problem.gpus_limit)))
 
         def per_unit(o: str, ds: list[str]) -> tuple[np.ndarray, float, float]:
             """Least resources per unit of T in each row, the most T and the T the current replicas

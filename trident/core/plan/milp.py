@@ -41,6 +41,10 @@ def solve_placement(problem: PlacementProblem, *, solver: str | None = None) -> 
     """
     name = _pick_solver(solver)
     cur = problem.current
+    if cur is not None and problem.bin_packing and cur.counts and not cur.nodes:
+        # what runs now, packed node by node as Ray would have placed it (when it fits at all)
+        cur = Allocation(counts=cur.counts, nodes=_first_fit(problem, cur) or ())
+        problem = dataclasses.replace(problem, current=cur)
     cur_bad = violations(problem, cur) if cur is not None else ["no current plan"]
     cur_t = throughput_of(problem, cur) if cur is not None else None
     notes: list[str] = []
@@ -208,6 +212,8 @@ def _model(problem: PlacementProblem, keys: list, node_of, per_node_caps, incumb
                  <= problem.memory_limit_bytes / mem_unit)
     if problem.cpus_limit is not None:
         prob += pulp.lpSum(ops[k[0]].option(k[1]).cpus * x[k] for k in keys) <= problem.cpus_limit
+    if problem.gpus_limit is not None and any(ops[k[0]].option(k[1]).gpus > 0 for k in keys):
+        prob += pulp.lpSum(ops[k[0]].option(k[1]).gpus * x[k] for k in keys) <= problem.gpus_limit
     return prob, x, start
 
 

@@ -169,7 +169,9 @@ class PlacementProblem:
     memory_limit_bytes: int | None = None
     """Limit on the summed memory of every replica of the pipeline (bytes)."""
     cpus_limit: float | None = None
-    """Limit on the summed CPUs of every replica (when CPUs are known only for the whole cluster)."""
+    """Limit on the summed CPUs of every replica (what the pipeline may use of the nodes' CPUs)."""
+    gpus_limit: float | None = None
+    """Limit on the summed GPUs of every replica (a GPU budget below the nodes' GPUs)."""
     max_throughput_rows_per_s: float | None = None
     """Upper bound on ``T`` (a rate-limited source); ``None`` for unbounded."""
     horizon_s: float = 600.0
@@ -310,6 +312,9 @@ def violations(problem: PlacementProblem, allocation: Allocation) -> list[str]:
     total_cpus = sum(u[0] for u in used.values())
     if problem.cpus_limit is not None and total_cpus > problem.cpus_limit + TOL:
         out.append(f"pipeline CPUs {total_cpus:g} > limit {problem.cpus_limit:g}")
+    total_gpus = sum(u[1] for u in used.values())
+    if problem.gpus_limit is not None and total_gpus > problem.gpus_limit + TOL:
+        out.append(f"pipeline GPUs {total_gpus:g} > limit {problem.gpus_limit:g}")
     for op in problem.operators:
         r = allocation.replicas(op.name)
         if r < op.min_replicas or (op.max_replicas is not None and r > op.max_replicas):

@@ -19,7 +19,8 @@ from trident.autoscaler.policies.trident import estimates
 from trident.autoscaler.policies.trident.records import ConfigKey, Estimate, key_of
 from trident.autoscaler.policies.trident.settings import TridentSettings
 from trident.autoscaler.policies.trident.track import OperatorTrack
-from trident.core.types import OperatorSnapshot, OperatorTarget, Snapshot
+from trident.core.cluster import node_groups
+from trident.core.types import ClusterView, OperatorSnapshot, OperatorTarget, Snapshot
 
 TYPE_SPEEDUP = 1.5
 """How much faster on one accelerator type than on another an unpinned pool must be measured
@@ -59,13 +60,7 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
     typed = {t: g for t, g in cluster.gpus_by_type if g > 0}
     view = typed_view(snap, ops, tracks, settings)
     seen, per_type, upside = view.seen, view.per_type, view.upside
-    nodes = [NodeType(name=CPU, count=1, cpus=cluster.cpus)]
-    if per_type:
-        cpus_of = dict(cluster.cpus_by_type)
-        nodes += [NodeType(name=t, count=1, cpus=min(cpus_of.get(t, cluster.cpus), cluster.cpus), gpus=g, gpu_type=t)
-                  for t, g in typed.items()]
-    elif cluster.gpus > 0:
-        nodes.append(NodeType(name=ANY_GPU, count=1, cpus=cluster.cpus, gpus=cluster.gpus))
+    nodes = node_types(cluster, typed, per_type)
     specs, current, rates, missing = [], {}, {}, []
     # every pool's, done ones included, as the inner loop's room counts them: a pool not measured
     # yet is charged alike by both
@@ -111,14 +106,14 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
                        for t, r in sorted(seen[o.name].items())]
             if rate_out is not None:
                 options += unmeasured_options(options, typed, upside)
-            current.update({(o.name, t, t): n for t, n in _split(o, replicas, seen[o.name]).items()})
+            current.update({(o.name, t): n for t, n in _split(o, replicas, seen[o.name]).items()})
         else:
             options = [DeviceOption(device=device, rate_rows_per_s=rate_in, cpus=o.config.num_cpus,
                                     gpus=o.config.num_gpus, memory_bytes=int(heap))]
             if per_type and device != CPU and rate_out is not None:
                 options += _typed_options(tr, o, key, typed, device, sels[i], settings)
                 options += unmeasured_options(options, typed, upside)
-            current[(o.name, device, CPU if device == CPU else device)] = replicas
+            current[(o.name, device)] = replicas
         if kept and per_type and o.config.kind == "actor":
             # a pool Ray spread over two types is planned on one: it keeps at most what one holds
             # (two-types: Detect's 3 on A + 2 on B kept at 5 where one type holds 4 made every
@@ -140,9 +135,12 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
         specs, factors = [replace(sp, demand=d) for sp, d in zip(specs, demands)], demands
     specs = bound_held(specs, factors, slots=cluster.cpus + cluster.gpus)
     limit = memory_limit_bytes or cluster.memory_limit_bytes
-    problem = PlacementProblem(operators=tuple(specs), node_types=tuple(nodes), current=Allocation.of(current),
-                               memory_limit_bytes=limit, cpus_limit=cluster.cpus, horizon_s=settings.horizon_s,
-                               hysteresis=settings.hysteresis, time_limit_s=settings.solver_time_limit_s)
+    problem = PlacementProblem(operators=tuple(specs), node_types=tuple(nodes),
+                               current=Allocation.of(on_nodes(current, specs, nodes)),
+                               memory_limit_bytes=limit, cpus_limit=cluster.cpus, gpus_limit=cluster.gpus,
+                               horizon_s=settings.horizon_s, hysteresis=settings.hysteresis,
+                               time_limit_s=settings.solver_time_limit_s,
+                               bin_packing=0 < len(cluster.nodes) <= settings.bin_packing_max_nodes)
     left_s = remaining_s(snap, problem, tracks)
     if left_s is not None:  # a cold start is amortised over the work left, at most the horizon
         problem = replace(problem, horizon_s=max(min(settings.horizon_s, left_s), 1.0))
@@ -199,19 +197,66 @@ def no_growth_beside_bounds(specs: list[OperatorSpec], ops: list[OperatorSnapsho
 
 def one_device_most(options: list[DeviceOption], nodes: list[NodeType]) -> float:
     """The most replicas of a one-device pool that any one of its options' devices holds alone
-    (its node type's CPUs and GPUs)."""
-    by_name = {n.name: n for n in nodes}
+    (each replica whole on one node: its CPUs and GPUs)."""
     most = 0
     for opt in options:
-        node = by_name.get(opt.device)
-        if node is None:
-            continue
-        fits = [node.cpus * node.count / opt.cpus] if opt.cpus > 0 else []
-        fits += [node.gpus * node.count / opt.gpus] if opt.gpus > 0 else []
-        if not fits:  # it needs neither: any number fits
+        if opt.cpus <= 0 and opt.gpus <= 0:  # it needs neither: any number fits
             return math.inf
-        most = max(most, math.floor(min(fits) + 1e-9))
+        most = max(most, sum(_per_node(opt, n) * n.count for n in nodes if opt.fits(n)))
     return most
+
+
+def node_types(cluster: ClusterView, typed: dict[str, float], per_type: bool) -> list[NodeType]:
+    """The nodes a plan places replicas on: Ray's live nodes grouped by shape, each replica whole on
+    one node (a node without GPUs hosts no GPU replica, a GPU replica's CPUs come from its node);
+    GPU nodes named by their accelerator type when pools are planned per type. Where the nodes are
+    not known, the cluster's totals: CPUs for CPU replicas, GPUs (per type) for GPU ones."""
+    if cluster.nodes:
+        return [NodeType(name=g.name, count=g.count, cpus=g.cpus, gpus=g.gpus,
+                         gpu_type=g.accelerator_type if per_type else None) for g in node_groups(cluster.nodes)]
+    nodes = [NodeType(name=CPU, count=1, cpus=cluster.cpus)]
+    if per_type:
+        cpus_of = dict(cluster.cpus_by_type)
+        nodes += [NodeType(name=t, count=1, cpus=min(cpus_of.get(t, cluster.cpus), cluster.cpus), gpus=g, gpu_type=t)
+                  for t, g in typed.items()]
+    elif cluster.gpus > 0:
+        nodes.append(NodeType(name=ANY_GPU, count=1, cpus=cluster.cpus, gpus=cluster.gpus))
+    return nodes
+
+
+def on_nodes(current: dict[tuple[str, str], int], specs: list[OperatorSpec],
+             nodes: list[NodeType]) -> dict[tuple[str, str, str], int]:
+    """The replicas running now per (operator, device), spread over the node types their option
+    fits, GPU replicas first, each node type filled before the next and the last taking what is
+    left (Ray does not say which node an actor is on; a plan names devices, not nodes, so only the
+    start costs see this spread)."""
+    options = {(sp.name, o.device): o for sp in specs for o in sp.options}
+    free = {n.name: [n.cpus * n.count, n.gpus * n.count] for n in nodes}
+    out: dict[tuple[str, str, str], int] = {}
+    for (op, device), count in sorted(current.items(), key=lambda kv: -options[kv[0]].gpus if kv[0] in options else 0):
+        opt = options.get((op, device))
+        fitting = [n for n in nodes if n.count > 0 and opt is not None and opt.fits(n)]
+        for k, n in enumerate(fitting):
+            room = free[n.name]
+            take = count if k == len(fitting) - 1 else min(count, _fit(opt, room[0], room[1]))
+            if take > 0:
+                out[(op, device, n.name)] = out.get((op, device, n.name), 0) + take
+                room[0] -= take * opt.cpus
+                room[1] -= take * opt.gpus
+                count -= take
+            if not count:
+                break
+    return out
+
+
+def _fit(opt: DeviceOption, cpus: float, gpus: float) -> int:
+    """Replicas of ``opt`` that ``cpus`` and ``gpus`` hold (a large number when it needs neither)."""
+    fits = [math.floor(have / need + 1e-9) for need, have in ((opt.cpus, cpus), (opt.gpus, gpus)) if need > 0]
+    return max(0, min(fits)) if fits else 10**6
+
+
+def _per_node(opt: DeviceOption, node: NodeType) -> int:
+    return _fit(opt, node.cpus, node.gpus)
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,9 @@ class TridentSettings:
     """Cold start of an actor before one was observed."""
     solver_time_limit_s: float = 0.5
     """Wall-clock limit of one MILP solve (the plan is checked for feasibility either way)."""
+    bin_packing_max_nodes: int = 64
+    """Up to this many live nodes a plan is packed node by node (each replica whole on one node);
+    above it, identical nodes are planned as ``count x capacity``."""
     solver_retries: int = 2
     """Looks the planner takes again at the very next step after a solve that found no plan (else
     it waits ``plan_interval_s``): on a busy machine the time limit can pass before HiGHS has any
@@ -130,6 +133,8 @@ class TridentSettings:
             raise ConfigError("shift_ratio/shift_windows/shift_ratio_alone",
                               (self.shift_ratio, self.shift_windows, self.shift_ratio_alone),
                               "> 1, >= 1, > 1")
+        if self.bin_packing_max_nodes < 0:
+            raise ConfigError("bin_packing_max_nodes", self.bin_packing_max_nodes, "an integer >= 0")
         if self.solver_retries < 0 or self.solver_retry_growth < 1:
             raise ConfigError("solver_retries/solver_retry_growth", (self.solver_retries, self.solver_retry_growth),
                               ">= 0, >= 1")

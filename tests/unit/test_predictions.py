@@ -1,0 +1,46 @@
+"""Every plan is a prediction: each plan's expected output beside what came out once its targets
+were reached; unreached plans are not measured."""
+import dataclasses
+
+import pytest
+
+from test_report import record
+from trident.core.types import Decision, OperatorTarget, Plan
+from trident.report.predictions import plan_checks, prediction_error
+from trident.report.record import summarize
+
+OP = "MapBatches(Embed)"
+
+
+def _with_prediction(predicted):
+    rec = record()
+    e = rec.executions[0]
+    d = e.decisions[1]
+    e.decisions[1] = dataclasses.replace(d, predicted_rows_per_s=((OP, predicted),))
+    return rec
+
+
+def test_a_plan_is_measured_from_its_target_reached_to_the_end():
+    rec = _with_prediction(60.0)  # the snapshots put out 30 rows/s
+    (check,) = plan_checks(rec.executions[0])
+    assert check.reached_s == pytest.approx(5.1) and check.until_s == pytest.approx(10.5)
+    assert dict(check.measured_rows_per_s)[OP] == pytest.approx(30.0)
+    assert check.error == pytest.approx(1.0)
+    assert summarize(rec)["prediction_error"] == pytest.approx(1.0)
+
+
+def test_a_right_prediction_has_no_error_and_an_unreached_target_is_not_measured():
+    rec = _with_prediction(30.0)
+    assert prediction_error(plan_checks(rec.executions[0])) == pytest.approx(0.0)
+    e = rec.executions[0]
+    e.actions = [a for a in e.actions if a.kind != "target_reached"]
+    assert plan_checks(e) == [] and summarize(rec)["prediction_error"] is None
+
+
+def test_a_later_plan_ends_the_window_of_the_one_before():
+    rec = _with_prediction(30.0)
+    e = rec.executions[0]
+    later = Plan(seq=2, targets=(OperatorTarget(name=OP, replicas=3),), reason="again", created_at_s=8.0)
+    e.decisions.append(Decision(time_s=8.0, reason="again", plan=later, predicted_rows_per_s=((OP, 30.0),)))
+    checks = plan_checks(e)
+    assert [c.until_s for c in checks] == [pytest.approx(8.0)]  # the second one never reached its target

@@ -1,0 +1,81 @@
+"""Every plan is a prediction: what each plan expected each operator to put out (rows/s), beside
+what the operator put out once the plan's targets were reached, until the next plan.
+
+A plan whose pool targets were never all reached before the next plan (or the end) is not
+measured; nor is an operator that completed inside the window. The error of a plan is the
+median over its operators of ``|predicted / measured - 1|``.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+MIN_WINDOW_S = 2.0
+"""A plan whose measured window is shorter than this (seconds) is not measured."""
+
+
+@dataclass(frozen=True)
+class PlanCheck:
+    """One plan's prediction and what came out."""
+
+    time_s: float
+    reached_s: float
+    until_s: float
+    predicted_rows_per_s: tuple[tuple[str, float], ...]
+    measured_rows_per_s: tuple[tuple[str, float], ...]
+
+    @property
+    def error(self) -> float | None:
+        measured = dict(self.measured_rows_per_s)
+        errs = [abs(p / measured[n] - 1.0) for n, p in self.predicted_rows_per_s if measured.get(n, 0) > 0]
+        return statistics.median(errs) if errs else None
+
+
+def plan_checks(execution: Any) -> list[PlanCheck]:
+    """The measured plans of one :class:`~trident.report.record.ExecutionRecord`."""
+    plans = [d for d in execution.decisions if d.plan is not None]
+    end_s = execution.ended_at_s if execution.ended_at_s is not None else (
+        execution.snapshots[-1].time_s if execution.snapshots else 0.0)
+    out = []
+    for i, d in enumerate(plans):
+        if not d.predicted_rows_per_s:
+            continue
+        until = plans[i + 1].time_s if i + 1 < len(plans) else end_s
+        pools = {t.name for t in d.plan.targets if t.replicas is not None}
+        reached = []
+        for name in pools:
+            hits = [a.time_s for a in execution.actions
+                    if a.operator == name and a.kind == "target_reached" and d.time_s <= a.time_s <= until]
+            if not hits:
+                break
+            reached.append(min(hits))
+        else:
+            start = max(reached, default=d.time_s)
+            measured = _rates(execution.snapshots, start, until, [n for n, _ in d.predicted_rows_per_s])
+            if measured:
+                out.append(PlanCheck(time_s=d.time_s, reached_s=start, until_s=until,
+                                     predicted_rows_per_s=d.predicted_rows_per_s,
+                                     measured_rows_per_s=tuple(sorted(measured.items()))))
+    return out
+
+
+def _rates(snapshots, start_s: float, until_s: float, names: list[str]) -> dict[str, float]:
+    window = [s for s in snapshots if start_s <= s.time_s <= until_s]
+    if len(window) < 2 or window[-1].time_s - window[0].time_s < MIN_WINDOW_S:
+        return {}
+    first, last = window[0], window[-1]
+    out = {}
+    ops_a, ops_b = {o.name: o for o in first.operators}, {o.name: o for o in last.operators}
+    for name in names:
+        a, b = ops_a.get(name), ops_b.get(name)
+        if a is None or b is None or b.completed:
+            continue
+        out[name] = (b.rows_out_total - a.rows_out_total) / (last.time_s - first.time_s)
+    return out
+
+
+def prediction_error(checks: list[PlanCheck]) -> float | None:
+    """Median over measured plans of each plan's error (``None`` when no plan was measured)."""
+    errs = [c.error for c in checks if c.error is not None]
+    return statistics.median(errs) if errs else None
