@@ -8,6 +8,7 @@ the controller's :class:`~trident.autoscaler.controller.loop.ControlLoop` turns 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import Literal
 
 from trident.core.cluster import NodeShape
@@ -209,13 +210,40 @@ class Plan:
         return next((t for t in self.targets if t.name == name), None)
 
 
-DECISION_KINDS = ("observe", "dwell", "keep", "plan", "inner", "tune", "rollout", "replan", "done", "error", "")
-"""What a decision was, for tests and tools that should not parse its reason: ``observe``
-(waiting for evidence), ``dwell`` (a recent plan stands), ``keep`` (looked, nothing worth
-changing), ``plan`` (the planner's new allocation), ``inner`` (the reactive inner loop moved a
-pool), ``tune`` (a batch size tried), ``rollout`` (a rollout phase began or is waited on),
-``replan`` (a target was not reached: the obstacle is named and the plan redone), ``done``,
-``error`` (the policy failed and keeps the current plan); ``""`` for policies that say nothing."""
+class DecisionKind(str, Enum):
+    """What a decision was, for tests and tools that should not parse its reason. A ``str``: it
+    compares equal to, and is written to JSON as, its value."""
+
+    OBSERVE = "observe"
+    """waiting for evidence"""
+    DWELL = "dwell"
+    """a recent plan stands"""
+    KEEP = "keep"
+    """looked, nothing worth changing"""
+    PLAN = "plan"
+    """the planner's new allocation"""
+    INNER = "inner"
+    """the reactive inner loop moved a pool"""
+    TUNE = "tune"
+    """a batch size tried"""
+    ROLLOUT = "rollout"
+    """a rollout phase began or is waited on"""
+    REPLAN = "replan"
+    """a target was not reached: the obstacle is named and the plan redone"""
+    MISMATCH = "mismatch"
+    """what came out stayed below the last plan's prediction, or its targets were late: the cause
+    is named and the planner looks again"""
+    DONE = "done"
+    ERROR = "error"
+    """the policy failed and keeps the current plan"""
+    NONE = ""
+    """policies that say nothing"""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
+DECISION_KINDS = tuple(k.value for k in DecisionKind)
 
 
 @dataclass(frozen=True)
@@ -226,17 +254,26 @@ class Decision:
     reason: str
     plan: Plan | None = None
     notes: tuple[str, ...] = field(default=())
-    kind: str = ""
+    kind: DecisionKind | str = DecisionKind.NONE
     predicted_rows_per_s: tuple[tuple[str, float], ...] = ()
     """(operator, rows out per second) the plan made at this step expects; empty when none."""
     regime_changes: tuple[str, ...] = ()
     """Operators whose data started a new regime at this step."""
 
     def __post_init__(self) -> None:
-        if self.kind not in DECISION_KINDS:
-            raise ConfigError("Decision.kind", self.kind, f"one of {DECISION_KINDS}")
+        try:
+            object.__setattr__(self, "kind", DecisionKind(self.kind))
+        except ValueError:
+            raise ConfigError("Decision.kind", self.kind, f"one of {DECISION_KINDS}") from None
 
 
 def with_config(op: OperatorSnapshot, **changes) -> OperatorSnapshot:
     """A copy of ``op`` with its configuration fields changed (handy for tests and the simulator)."""
     return replace(op, config=replace(op.config, **changes))
+
+
+def cluster_shape(snap: Snapshot) -> tuple:
+    """What identifies the cluster a snapshot saw: its CPUs, GPUs and live nodes (a fact learned
+    about placement holds while this stays the same)."""
+    c = snap.cluster
+    return c.cpus, c.gpus, tuple(sorted((n.node_id, n.cpus, n.gpus) for n in c.nodes))

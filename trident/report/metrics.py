@@ -54,7 +54,7 @@ METRICS: tuple[MetricSpec, ...] = (
                "The run's worker-memory limit (``memory_limit``), bytes; absent when none was set."),
     MetricSpec("trident_decisions", "counter", RUN_TAGS + ("kind",),
                "Control steps, by decision kind (observe, dwell, keep, plan, inner, tune, rollout, replan, "
-               "done, error; 'none' for policies that do not say)."),
+               "mismatch, done, error; 'none' for policies that do not say)."),
     MetricSpec("trident_plans", "counter", RUN_TAGS + ("kind",),
                "Plans sent to the executor (decisions that change a target), by decision kind."),
     MetricSpec("trident_regime_changes", "counter", OP_TAGS,
@@ -98,7 +98,7 @@ class ControllerMetrics:
 
     def _record(self, snap: Snapshot, decision: Decision, policy: str, memory_limit_bytes: int | None) -> None:
         run = {"dataset": dataset_of(snap.execution_id), "execution": snap.execution_id, "policy": policy}
-        kind = decision.kind or "none"
+        kind = str(decision.kind) or "none"
         self.series["trident_decisions"].inc(1, tags={**run, "kind": kind})
         if decision.plan is not None:
             self.series["trident_plans"].inc(1, tags={**run, "kind": kind})

@@ -1,6 +1,11 @@
 """How the fluid simulator applies plan targets, as the shim does (see :mod:`trident.autoscaler.sim.pipeline`):
-replicas in groups started together, pending until the cluster has room; scale-downs that
-cancel pending replicas first and drain busy ones; rolling updates and swaps."""
+replicas in groups started together, pending until a node has room; scale-downs that cancel
+pending replicas first and drain busy ones; rolling updates and swaps.
+
+Replicas are placed as Ray places them: each one whole on one node (its CPUs and its GPUs from
+the same node, a GPU replica only on a node of its accelerator type), so GPU nodes short of CPUs
+leave GPU actors pending. A replica without GPUs goes to a node without GPUs while one has room,
+else to the node with the most free CPUs."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -26,6 +31,8 @@ class _Group:
     """Set while draining: the replicas finish the batch they hold and go at this time."""
     kept: bool = False
     """Old replicas an update of the accelerator type alone keeps (already on that type)."""
+    node: int | None = None
+    """The node the replicas run on (an index into the spec's nodes, counted out); None while pending."""
 
 
 @dataclass
@@ -63,43 +70,55 @@ class Actuation:
 
     # --- resources -------------------------------------------------------------------
 
-    def _free(self) -> tuple[float, dict[str, float]]:
-        cpus = sum(n.count * n.cpus for n in self.spec.nodes)
-        gpus: dict[str, float] = {}
-        for n in self.spec.nodes:
-            if n.gpus > 0:
-                gpus[n.gpu_type or "gpu"] = gpus.get(n.gpu_type or "gpu", 0.0) + n.count * n.gpus
+    def _free(self) -> list[list]:
+        """[free CPUs, free GPUs, accelerator type] of every node (counted out of ``spec.nodes``)."""
+        free = [[n.cpus, n.gpus, (n.gpu_type or "gpu") if n.gpus > 0 else None]
+                for n in self.spec.nodes for _ in range(n.count)]
         for st in self.ops:
             for g in st.groups:
-                if g.ready_at_s is not None:
-                    cpus -= g.count * st.spec.num_cpus
-                    if g.num_gpus > 0:
-                        gpus[g.gpu_type] -= g.count * g.num_gpus
-        return cpus, gpus
+                if g.ready_at_s is not None and g.node is not None:
+                    free[g.node][0] -= g.count * st.spec.num_cpus
+                    free[g.node][1] -= g.count * g.num_gpus
+        return free
+
+    @staticmethod
+    def _hosts(free: list[list], gpus: float, accelerator_type: str | None) -> list[int]:
+        """Nodes a replica may go to, in the order it is placed: a GPU replica on the nodes of its
+        type (any type, the type with the most free GPUs first); a CPU one on nodes without GPUs
+        first, then the ones with the most free CPUs."""
+        if gpus > 0:
+            by_type: dict[str, float] = {}
+            for c, g, t in free:
+                if t is not None:
+                    by_type[t] = by_type.get(t, 0.0) + g
+            order = [accelerator_type] if accelerator_type else sorted(by_type, key=lambda t: -by_type[t])
+            return [k for t in order for k, f in enumerate(free) if f[2] == t]
+        return sorted(range(len(free)), key=lambda k: (free[k][2] is not None, -free[k][0], k))
 
     def _start_pending(self) -> None:
-        """Start waiting groups, in order, while the cluster has room (partially when it has some)
+        """Start waiting groups, in order, while a node has room (partially when it has some)
         and, for actors, while fewer than ``spec.start_slots`` replicas are starting (then to the
         operators with the smallest share of their target started first, as the shim)."""
-        cpus, gpus = self._free()
+        free = self._free()
         slots, order = self.spec.start_slots, self.ops
         if slots is not None:
             slots -= sum(g.count for st in self.ops for g in st.groups
                          if g.ready_at_s is not None and g.ready_at_s > self.time_s)
             order = sorted(self.ops, key=self._filled)
         for st in order:
+            cpus = st.spec.num_cpus
+            cold = 0.0 if st.spec.kind == "task" else st.spec.cold_start_s
+            gated = slots is not None and cold > 0  # a replica that starts at once holds no slot
             for g in list(st.groups):
                 if g.ready_at_s is not None or g.count == 0:
                     continue
-                types = [g.accelerator_type] if g.accelerator_type else sorted(gpus, key=lambda t: -gpus[t])
-                for t in types if g.num_gpus > 0 else [None]:
+                for k in self._hosts(free, g.num_gpus, g.accelerator_type):
+                    f = free[k]
                     fit = g.count
-                    if st.spec.num_cpus > 0:
-                        fit = min(fit, int(cpus // st.spec.num_cpus + 1e-9))
+                    if cpus > 0:
+                        fit = min(fit, int(f[0] // cpus + 1e-9))
                     if g.num_gpus > 0:
-                        fit = min(fit, int(gpus.get(t, 0.0) // g.num_gpus + 1e-9))
-                    cold = 0.0 if st.spec.kind == "task" else st.spec.cold_start_s
-                    gated = slots is not None and cold > 0  # a replica that starts at once holds no slot
+                        fit = min(fit, int(f[1] // g.num_gpus + 1e-9))
                     if gated:
                         fit = min(fit, slots)
                     if fit <= 0:
@@ -107,12 +126,12 @@ class Actuation:
                     if gated:
                         slots -= fit
                     started = _Group(count=fit, batch_size=g.batch_size, num_gpus=g.num_gpus,
-                                     accelerator_type=g.accelerator_type, ready_at_s=self.time_s + cold, gpu_type=t)
+                                     accelerator_type=g.accelerator_type, ready_at_s=self.time_s + cold,
+                                     gpu_type=f[2] if g.num_gpus > 0 else None, node=k)
                     st.groups.insert(st.groups.index(g), started)
                     g.count -= fit
-                    cpus -= fit * st.spec.num_cpus
-                    if t is not None:
-                        gpus[t] -= fit * g.num_gpus
+                    f[0] -= fit * cpus
+                    f[1] -= fit * g.num_gpus
                     if g.count == 0:
                         break
             st.groups = [g for g in st.groups if g.count > 0]
@@ -152,7 +171,7 @@ class Actuation:
             for g in st.groups:
                 g.batch_size, g.num_gpus, g.accelerator_type = new_batch, new_gpus, new_type
                 if g.ready_at_s is not None and g.num_gpus > 0 and new_type and g.gpu_type != new_type:
-                    g.ready_at_s, g.gpu_type = None, None
+                    g.ready_at_s, g.gpu_type, g.node = None, None, None
         if changed_cfg or n != st.config_replicas:
             self.reconfigurations += 1
         st.batch_size, st.num_gpus, st.accelerator_type = new_batch, new_gpus, new_type
@@ -203,7 +222,7 @@ class Actuation:
         g.count -= k
         st.groups.append(_Group(count=k, batch_size=g.batch_size, num_gpus=g.num_gpus,
                                 accelerator_type=g.accelerator_type, ready_at_s=g.ready_at_s, gpu_type=g.gpu_type,
-                                retiring=g.retiring, release_at_s=self.time_s + batch_s))
+                                node=g.node, retiring=g.retiring, release_at_s=self.time_s + batch_s))
 
     def _finish_rollouts(self) -> None:
         """Release drained replicas whose batch is done; in a rolling update retire one old

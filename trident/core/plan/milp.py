@@ -77,7 +77,7 @@ def solve_placement(problem: PlacementProblem, *, solver: str | None = None) -> 
     return PlacementResult(
         allocation=found, throughput_rows_per_s=new_t, current_throughput_rows_per_s=cur_t, changed=True,
         status=status, solver=name, reason=f"{why} ({status}, {name}{'; ' + note if note else ''})",
-        objective=objective_of(problem, found), notes=tuple(notes),
+        objective=objective_of(problem, found), notes=tuple(notes), current_valid=cur is None or not cur_bad,
     )
 
 

@@ -237,6 +237,9 @@ class PlacementResult:
     notes: tuple[str, ...] = field(default=())
     infeasible: bool = False
     """The solver proved that no plan meets every bound (a longer time limit cannot help)."""
+    current_valid: bool = True
+    """Whether the current plan meets every bound (one that does not cannot be kept, whatever
+    throughput it promises)."""
 
 
 def throughput_of(problem: PlacementProblem, allocation: Allocation) -> float:

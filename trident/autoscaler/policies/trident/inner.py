@@ -73,17 +73,28 @@ def ray_rule(pool: PoolView, settings: TridentSettings) -> tuple[int, str]:
 
 @dataclass(frozen=True)
 class Room:
-    """What is free for new replicas: CPUs, GPUs (per accelerator type when typed) and memory."""
+    """What is free for new replicas: CPUs, GPUs (per accelerator type when typed), memory, and
+    the CPUs of the GPU nodes (a GPU replica's CPUs come from its node; per type when typed;
+    ``None`` where the nodes are not known)."""
 
     cpus: float
     gpus: float
     gpus_by_type: dict[str, float]
     memory_bytes: float
+    gpu_node_cpus: dict[str | None, float] | None = None
+    """Free CPUs of the GPU nodes: in all (key ``None``) and per accelerator type."""
+
+    def gpu_cpus(self, c) -> float:
+        """CPUs a new replica of configuration ``c`` can have: for a GPU replica, those of the GPU nodes."""
+        if self.gpu_node_cpus is None or c.num_gpus <= 0:
+            return self.cpus
+        return min(self.cpus, self.gpu_node_cpus.get(c.accelerator_type, 0.0) if c.accelerator_type
+                   else self.gpu_node_cpus.get(None, 0.0))
 
     def fits(self, op: OperatorSnapshot, heap_bytes: float) -> bool:
         c = op.config
         gpus = self.gpus_by_type.get(c.accelerator_type, self.gpus) if c.accelerator_type else self.gpus
-        return (c.num_cpus <= self.cpus + 1e-9 and c.num_gpus <= gpus + 1e-9
+        return (c.num_cpus <= self.gpu_cpus(c) + 1e-9 and c.num_gpus <= gpus + 1e-9
                 and heap_bytes <= self.memory_bytes + 1e-9)
 
     def take(self, op: OperatorSnapshot, heap_bytes: float) -> Room:
@@ -91,8 +102,13 @@ class Room:
         typed = dict(self.gpus_by_type)
         if c.accelerator_type in typed:
             typed[c.accelerator_type] -= c.num_gpus
+        node_cpus = None if self.gpu_node_cpus is None else dict(self.gpu_node_cpus)
+        if node_cpus is not None and c.num_gpus > 0:
+            for key in {None, c.accelerator_type}:
+                if key in node_cpus:
+                    node_cpus[key] -= c.num_cpus
         return Room(cpus=self.cpus - c.num_cpus, gpus=self.gpus - c.num_gpus, gpus_by_type=typed,
-                    memory_bytes=self.memory_bytes - heap_bytes)
+                    memory_bytes=self.memory_bytes - heap_bytes, gpu_node_cpus=node_cpus)
 
 
 def room_of(snap: Snapshot, held: dict[str, int], heap_bytes: dict[str, float],
@@ -104,6 +120,12 @@ def room_of(snap: Snapshot, held: dict[str, int], heap_bytes: dict[str, float],
     loop adds would be taken back by the next plan)."""
     cpus, gpus, mem = snap.cluster.cpus, snap.cluster.gpus, 0.0
     typed = dict(snap.cluster.gpus_by_type)
+    node_cpus = None
+    if snap.cluster.nodes:
+        node_cpus = {None: sum(n.cpus for n in snap.cluster.nodes if n.gpus > 0)}
+        for n in snap.cluster.nodes:
+            if n.gpus > 0 and n.accelerator_type is not None:
+                node_cpus[n.accelerator_type] = node_cpus.get(n.accelerator_type, 0.0) + n.cpus
     for o in snap.operators:
         if o.config.kind == "task" and not o.completed:
             cpus -= o.tasks_running * o.config.num_cpus
@@ -113,10 +135,24 @@ def room_of(snap: Snapshot, held: dict[str, int], heap_bytes: dict[str, float],
             gpus -= n * o.config.num_gpus
             if o.config.accelerator_type in typed:
                 typed[o.config.accelerator_type] -= n * o.config.num_gpus
+            if node_cpus is not None and o.config.num_gpus > 0:
+                _charge_gpu_node_cpus(node_cpus, o, n)
             if n:
                 mem += n * (heap_bytes.get(o.name, 0.0) or estimates.unmeasured_heap(o, snap, heap_bytes, margin))
     free_mem = math.inf if memory_limit_bytes is None else memory_limit_bytes - mem
-    return Room(cpus=cpus, gpus=gpus, gpus_by_type=typed, memory_bytes=free_mem)
+    return Room(cpus=cpus, gpus=gpus, gpus_by_type=typed, memory_bytes=free_mem, gpu_node_cpus=node_cpus)
+
+
+def _charge_gpu_node_cpus(node_cpus: dict[str | None, float], o: OperatorSnapshot, n: int) -> None:
+    """Charge ``n`` replicas of GPU pool ``o`` to the GPU nodes' CPUs: to its type's when pinned,
+    else to the types its actors run on (by_type), the rest to the total alone."""
+    node_cpus[None] -= n * o.config.num_cpus
+    if o.config.accelerator_type in node_cpus:
+        node_cpus[o.config.accelerator_type] -= n * o.config.num_cpus
+        return
+    for u in o.by_type:
+        if u.accelerator_type in node_cpus:
+            node_cpus[u.accelerator_type] -= min(u.actors, n) * o.config.num_cpus
 
 
 def even_share(o: OperatorSnapshot, cluster: ClusterView, pools: list[OperatorSnapshot]) -> int:
@@ -222,4 +258,6 @@ def _short(room: Room, o: OperatorSnapshot, heap_bytes: float) -> str:
         return f"{gpus:.2g} GPUs free{f' of type {c.accelerator_type}' if c.accelerator_type else ''}"
     if c.num_cpus > room.cpus + 1e-9:
         return f"{room.cpus:.2g} CPUs free"
+    if c.num_cpus > room.gpu_cpus(c) + 1e-9:
+        return f"{room.gpu_cpus(c):.2g} CPUs free on the GPU nodes{f' of type {c.accelerator_type}' if c.accelerator_type else ''}"
     return f"{room.memory_bytes / 2**20:.0f} MiB left under the memory limit"

@@ -28,13 +28,14 @@ from trident.core.model.threads import single_threaded
 from trident.core.plan.milp import solve_placement
 from trident.autoscaler.actuation import RolloutInputs, plan_rollout
 from trident.autoscaler.policies.trident import estimates, explore, problem
+from trident.autoscaler.policies.trident.check import Mismatch, PredictionCheck
 from trident.autoscaler.policies.trident.phases import Phases
 from trident.autoscaler.policies.trident.records import Assumed, Bounds, key_of
 from trident.autoscaler.policies.trident.rollouts import RolloutSteps, moves
 from trident.autoscaler.policies.trident.settings import TridentSettings
 from trident.autoscaler.policies.trident.tracking import Observer
 from trident.autoscaler.policies.trident.tuning import BatchTuning
-from trident.core.types import Decision, OperatorTarget, Plan, Snapshot
+from trident.core.types import Decision, OperatorTarget, Plan, Snapshot, cluster_shape
 
 
 class TridentPolicy(RolloutSteps, BatchTuning):
@@ -79,6 +80,13 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         """Operators some issued target has named (Ray's own rule no longer drives their pools)."""
         self.pools: set[str] = set()
         """The actor pools of the last snapshot."""
+        self.check = PredictionCheck(shortfall=self.settings.mismatch_shortfall,
+                                     windows=self.settings.mismatch_windows, window_s=self.settings.rate_window_s)
+        """The last plan's prediction, checked against what comes out (:mod:`.check`)."""
+        self.learned_caps: dict[str, tuple[float, tuple]] = {}
+        """``cpus`` / ``gpus`` -> (the most a plan may use, the cluster it was learned on): what
+        actors that could not be placed taught; held while the cluster stays as it was."""
+        self.last_step_s: float | None = None
 
     @property
     def tracks(self):
@@ -99,6 +107,12 @@ class TridentPolicy(RolloutSteps, BatchTuning):
 
     def _step(self, snap: Snapshot, now: float) -> Decision:
         notes = self._observe(snap)
+        interval_s, self.last_step_s = (now - self.last_step_s if self.last_step_s is not None else 0.0), now
+        if self.changed_ops:
+            self.check.drop()  # the data changed: the plan's premise with it
+        mismatch = self.check.step(snap, now, interval_s=interval_s, rolling_out=self.phases.active)
+        if mismatch is not None:
+            return self._mismatch(mismatch, snap, now, notes)
         if self.phases.active and self.changed_ops:
             # a rollout planned on the old data is not finished first: on the PDF benchmark OCR
             # slowed 50x while Embed's replicas started, and the plan waited 17 s for them
@@ -181,7 +195,7 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         planning = problem.build(snap, ops, self.tracks, self.settings, self.context.memory_limit_bytes)
         if planning.problem is None:  # looked again at the next step: the evidence may come any moment
             return Decision(time_s=now, reason=planning.why, notes=tuple(notes), kind="observe")
-        prob = self._with_ceilings(planning.problem, now)
+        prob = self._with_ceilings(planning.problem, snap, now)
         self.last_look_s, self.looked_per_type = now, planning.per_type
         notes = [*notes, *planning.held]
         self.observer.changed = self.replan_now = False
@@ -213,17 +227,20 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         targets = problem.targets(ops, result.allocation)
         tuner_before = self._tuner_state()
         targets, trial = self._fold_trial(snap, ops, prob, planning, result.allocation, targets)
-        cur_t = result.current_throughput_rows_per_s or 0.0
+        # a current plan that breaks a bound (a cap learned from actors that could not be placed)
+        # cannot be kept: what it promises is no reason to keep it
+        cur_t = (result.current_throughput_rows_per_s or 0.0) if result.current_valid else 0.0
+        rollout_inputs_cold_starts = {o.name: estimates.cold_start_s(self.tracks[o.name], o, self.settings) for o in ops}
         used = [problem.used(o) for o in ops]
+        capped = self._within_learned_caps(snap)
         rollout = plan_rollout(
             {o.name: o.config for o in ops}, targets,
             RolloutInputs(current_throughput_rows_per_s=cur_t, new_throughput_rows_per_s=result.throughput_rows_per_s,
                           remaining_rows=estimates.remaining_rows(snap, self.tracks),
                           utilisation=problem.utilisation(prob, cur_t),
-                          cold_start_s={o.name: estimates.cold_start_s(self.tracks[o.name], o, self.settings)
-                                        for o in ops},
-                          free_cpus=snap.cluster.cpus - sum(c for c, _ in used),
-                          free_gpus=snap.cluster.gpus - sum(g for _, g in used),
+                          cold_start_s=rollout_inputs_cold_starts,
+                          free_cpus=capped.cluster.cpus - sum(c for c, _ in used),
+                          free_gpus=capped.cluster.gpus - sum(g for _, g in used),
                           free_gpus_by_type=problem.free_gpus_by_type(snap, ops),
                           actors_by_type={o.name: {u.accelerator_type: u.actors for u in o.by_type}
                                           for o in ops if o.by_type},
@@ -258,7 +275,21 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         decision = self._issue(tuple(st.target for st in phase) + caps, reason + held, now,
                                [*notes, *result.notes], kind="plan")
         self.phases.plan_seq = self.plan_seq
+        self.check.expect(self.plan_seq, dict(self.predicted), now,
+                          cold_start_s=max(rollout_inputs_cold_starts.values(), default=0.0))
         return decision
+
+    def _mismatch(self, mismatch: Mismatch, snap: Snapshot, now: float, notes: list[str]) -> Decision:
+        """The last plan's prediction did not come true: say why, keep what was learned (actors
+        that cannot be placed: the resources what runs holds are all the plans may use) and plan
+        again at once."""
+        for cause in mismatch.causes:
+            for name, cap in (("gpus", cause.gpus_cap), ("cpus", cause.cpus_cap)):
+                if cap is not None and cap > 0:
+                    self.learned_caps[name] = (cap, cluster_shape(snap))
+        self.phases.clear()
+        self.replan_now, self.last_look_s = True, None
+        return Decision(time_s=now, reason=mismatch.reason, notes=tuple(notes), kind="mismatch")
 
     def _explore(self, snap: Snapshot, ops, prob, now: float, notes: list[str]) -> Decision | None:
         """Pin GPU pools to accelerator types they were not measured on (see :mod:`.explore`),
@@ -302,11 +333,17 @@ class TridentPolicy(RolloutSteps, BatchTuning):
                 f"({need / 2**20:.0f} MiB measured with its margin: {each}); trident cannot go below a pool's "
                 f"minimum, so it holds every pool there and adds no replica")
 
-    def _with_ceilings(self, prob, now: float):
-        """Pools that could not reach a planned size get at most what they reached, for
-        ``ceiling_hold_s`` (what blocked them, another pool's replicas or a task operator's CPUs,
-        may be gone by then)."""
-        self.ceilings = {n: (c, t) for n, (c, t) in self.ceilings.items() if now - t < self.settings.ceiling_hold_s}
+    def _with_ceilings(self, prob, snap: Snapshot, now: float):
+        """Pools that could not reach a planned size get at most what they reached, and a plan
+        whose actors could not be placed caps the CPUs or GPUs of the next ones at what ran, while
+        the cluster stays as it was; a ceiling holds ``ceiling_hold_s`` (what blocked the pool,
+        another pool's replicas or a task operator's CPUs, may be gone by then)."""
+        hold = self.settings.ceiling_hold_s
+        self.ceilings = {n: (c, t) for n, (c, t) in self.ceilings.items() if now - t < hold}
+        self.learned_caps = {n: (v, s) for n, (v, s) in self.learned_caps.items() if s == cluster_shape(snap)}
+        for name, (cap, _) in self.learned_caps.items():
+            field = f"{name}_limit"
+            prob = replace(prob, **{field: cap if getattr(prob, field) is None else min(getattr(prob, field), cap)})
         if not self.ceilings:
             return prob
         ops = tuple(replace(sp, max_replicas=min(sp.max_replicas or c.hi, c.hi))
@@ -362,3 +399,4 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         slowest cold start observed when that is longer (a change must pay for itself)."""
         cold = max((tr.cold_start_s for tr in self.tracks.values() if tr.cold_start_s is not None), default=0.0)
         return max(self.settings.min_dwell_s, self.settings.dwell_cold_starts * cold)
+

@@ -49,6 +49,10 @@ class TridentSettings:
     """Cold start of an actor before one was observed."""
     solver_time_limit_s: float = 0.5
     """Wall-clock limit of one MILP solve (the plan is checked for feasibility either way)."""
+    mismatch_shortfall: float = 0.2
+    """A plan's output this fraction below its prediction, ``mismatch_windows`` rate windows in a row
+    once its targets are reached, is a mismatch: its cause is named and the planner looks again."""
+    mismatch_windows: int = 2
     bin_packing_max_nodes: int = 64
     """Up to this many live nodes a plan is packed node by node (each replica whole on one node);
     above it, identical nodes are planned as ``count x capacity``."""
@@ -133,6 +137,9 @@ class TridentSettings:
             raise ConfigError("shift_ratio/shift_windows/shift_ratio_alone",
                               (self.shift_ratio, self.shift_windows, self.shift_ratio_alone),
                               "> 1, >= 1, > 1")
+        if not 0 < self.mismatch_shortfall < 1 or self.mismatch_windows < 1:
+            raise ConfigError("mismatch_shortfall/mismatch_windows", (self.mismatch_shortfall, self.mismatch_windows),
+                              "a fraction in (0, 1) and an integer >= 1")
         if self.bin_packing_max_nodes < 0:
             raise ConfigError("bin_packing_max_nodes", self.bin_packing_max_nodes, "an integer >= 0")
         if self.solver_retries < 0 or self.solver_retry_growth < 1:

@@ -1,0 +1,105 @@
+"""Every plan is a prediction, and the policy checks it: once a plan is in place, what comes out
+is compared with what it predicted; a shortfall or a late target is a ``mismatch`` whose cause is
+read from the snapshot, and the next plan uses what was learned."""
+import dataclasses
+import json
+import pathlib
+
+from trident.autoscaler.policies.trident.check import PredictionCheck, diagnose
+from trident.autoscaler.sim import model as sim_model
+from trident.autoscaler.sim.pipeline import PipelineSpec, SimNodes, SimOperator, simulate
+from trident.core.cluster import node_shapes
+from trident.core.types import ClusterView, DecisionKind, OperatorConfig, OperatorSnapshot, Snapshot
+
+RECORDED = json.loads((pathlib.Path(__file__).parent / "fixtures" / "ray_nodes_gpu_short_of_cpus.json").read_text())
+NODES = node_shapes(RECORDED)
+POOL = OperatorConfig(kind="actor", replicas=8, max_replicas=8, num_cpus=1, num_gpus=0.5)
+READ = OperatorConfig(kind="task", replicas=4, num_cpus=1)
+
+
+def _snap(t, *, pool_rows=0, running=8, pending=0, read_running=4, read_queue=0, read_rows=0, store=None):
+    ops = (OperatorSnapshot(name="read", index=1, config=READ, rows_out_total=read_rows, tasks_running=read_running,
+                            input_queue_blocks=read_queue),
+           OperatorSnapshot(name="pool", index=2, config=POOL, rows_out_total=pool_rows, actors_running=running,
+                            actors_pending=pending, tasks_running=running, input_queue_blocks=5))
+    view = ClusterView(cpus=18, gpus=8, nodes=NODES, object_store_bytes=store)
+    return Snapshot(execution_id="x", seq=int(t), time_s=t, operators=ops, cluster=view)
+
+
+def test_actors_pending_past_a_cold_start_name_the_resource_the_nodes_lack():
+    check = PredictionCheck(window_s=5.0)
+    check.expect(1, {"read": 200.0, "pool": 160.0}, 0.0, cold_start_s=3.0)
+    assert check.step(_snap(1, running=4, pending=4), 1.0, interval_s=1.0, rolling_out=True) is None
+    assert check.step(_snap(2, running=4, pending=4), 2.0, interval_s=1.0, rolling_out=False) is None
+    assert check.step(_snap(6, running=4, pending=4), 6.0, interval_s=1.0, rolling_out=False) is None
+    mismatch = check.step(_snap(8, running=4, pending=4), 8.0, interval_s=1.0, rolling_out=False)
+    assert mismatch is not None and mismatch.late
+    (cause,) = mismatch.causes
+    assert cause.kind == "pending" and cause.operator == "pool" and cause.gpus_cap == 2.0  # 4 running x 0.5
+    assert "4 actor(s) of pool pending" in cause.text and "bound by their CPUs" in cause.text
+    assert "2 x A-3cpu-2gpu" in cause.text and "cpu-6cpu" not in cause.text  # the head hosts no GPU actor
+    assert check.step(_snap(9, running=4, pending=4), 9.0, interval_s=1.0, rolling_out=False) is None  # once
+
+
+def test_output_below_the_prediction_for_two_windows_is_a_mismatch_and_within_it_is_not():
+    check = PredictionCheck(window_s=5.0, shortfall=0.2, windows=2)
+    check.expect(1, {"read": 200.0, "pool": 100.0}, 0.0, cold_start_s=3.0)
+    assert check.step(_snap(0), 0.0, interval_s=1.0, rolling_out=False) is None  # in place: windows begin
+    assert check.step(_snap(5, pool_rows=450, read_rows=1000), 5.0, interval_s=1.0, rolling_out=False) is None
+    assert check.low == 0  # 90 of 100 rows/s: within 20%
+    assert check.step(_snap(10, pool_rows=750, read_rows=2000), 10.0, interval_s=1.0, rolling_out=False) is None
+    mismatch = check.step(_snap(15, pool_rows=1050, read_rows=3000), 15.0, interval_s=1.0, rolling_out=False)
+    assert mismatch is not None and not mismatch.late
+    assert mismatch.measured_rows_per_s == 60.0 and mismatch.predicted_rows_per_s == 100.0
+    assert [c.kind for c in mismatch.causes] == ["slow"] and "7.5 rows/s per replica over 8" in mismatch.reason
+
+
+def test_a_task_operator_short_of_cpus_and_a_full_object_store_are_named():
+    snap = _snap(10, read_running=1, read_queue=12, store=100 * 2**20)
+    snap = dataclasses.replace(snap, operators=tuple(dataclasses.replace(o, object_store_bytes=50 * 2**20)
+                                                     for o in snap.operators))
+    causes = diagnose(snap, {"read": 200.0, "pool": 160.0}, {"read": 50.0, "pool": 150.0})
+    kinds = {c.kind: c for c in causes}
+    assert set(kinds) == {"object_store", "cpu_starved"}
+    assert "1 task(s) running of 4 allowed, 12 block(s) queued" in kinds["cpu_starved"].text
+
+
+def test_a_regime_change_or_a_finished_operator_ends_the_check():
+    check = PredictionCheck(window_s=5.0)
+    check.expect(1, {"pool": 100.0}, 0.0, cold_start_s=3.0)
+    check.drop()
+    assert check.step(_snap(20, running=4, pending=4), 20.0, interval_s=1.0, rolling_out=False) is None
+    check.expect(2, {"pool": 100.0}, 0.0, cold_start_s=3.0)
+    done = _snap(20, running=4, pending=4)
+    done = dataclasses.replace(done, operators=(dataclasses.replace(done.operators[0], completed=True),
+                                                done.operators[1]))
+    assert check.step(done, 20.0, interval_s=1.0, rolling_out=False) is None and check.done
+
+
+def test_a_planner_blind_to_the_nodes_learns_from_the_mismatch_and_plans_what_fits(monkeypatch):
+    """The simulator places actors per node as Ray does; the policy is shown only the cluster's
+    totals (18 CPUs, 8 GPUs), plans 8 + 8 actors of one CPU and half a GPU, and 4 wait: the
+    obstacle is named (pending) and the next plans use at most the GPUs the running actors hold."""
+    original = sim_model.PipelineSpec.cluster_view
+    monkeypatch.setattr(sim_model.PipelineSpec, "cluster_view", lambda self: dataclasses.replace(
+        original(self), nodes=()))
+    ops = (SimOperator(name="read", kind="task", peak_rows_per_s=(("cpu", 400.0),), replicas=2, max_replicas=6),
+           SimOperator(name="detect", kind="actor", peak_rows_per_s=(("A", 10.0), ("B", 10.0)), replicas=1,
+                       max_replicas=8, num_gpus=0.5, cold_start_s=3.0),
+           SimOperator(name="embed", kind="actor", peak_rows_per_s=(("A", 10.0), ("B", 10.0)), replicas=1,
+                       max_replicas=8, num_gpus=0.5, cold_start_s=3.0))
+    spec = PipelineSpec(operators=ops, nodes=(SimNodes(count=1, cpus=6), SimNodes(count=2, cpus=3, gpus=2, gpu_type="A"),
+                                              SimNodes(count=2, cpus=3, gpus=2, gpu_type="B")),
+                        total_rows=12_000, noise=0.02, spike_prob=0.0)
+    res = simulate(spec, policy="trident", seed=3)
+    assert res.finished
+    story = [f"{d.time_s} {d.kind}: {d.reason[:200]}" for d in res.decisions if d.kind not in ("observe", "dwell")]
+    named = [d for d in res.decisions if d.kind == DecisionKind.MISMATCH and "pending" in d.reason]
+    assert named, story
+    sizes, after = {}, []
+    for d in res.decisions:
+        pools = {t.name: t.replicas for t in (d.plan.targets if d.plan else ()) if t.name in ("detect", "embed")}
+        sizes.update(pools)
+        if pools and d.time_s > named[0].time_s:
+            after.append(sizes["detect"] + sizes["embed"])
+    assert after and max(after) <= 12, (after, story)  # 6 + 6 where 8 + 8 was asked for before

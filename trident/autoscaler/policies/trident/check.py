@@ -1,0 +1,176 @@
+"""Every plan is a prediction, and the policy checks it.
+
+A plan states what each operator is to put out (rows/s). Once its rollout is over, every
+``window_s`` the rows the pipeline's last planned operator put out are compared with that; when
+they stay more than ``shortfall`` below it for ``windows`` windows in a row, or actors of the
+plan's pools still wait to start a cold start plus two snapshot intervals after the rollout
+ended (a rollout under way has its own check for targets that stand still), the check reports a
+:class:`Mismatch` whose cause is read from the snapshot (:func:`diagnose`): actors pending and
+the resource the nodes lack, the object store full, an operator backpressured, starved of input
+or of CPUs, or a rate per replica below what the plan assumed. Pure: no Ray, no clock.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trident.core.cluster import most_per_node, node_groups
+from trident.core.types import OperatorSnapshot, Snapshot
+
+STORE_FULL = 0.9
+"""Object-store use, as a fraction of the cluster's store, that counts as full."""
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One reason what came out is short of the prediction."""
+
+    operator: str
+    kind: str
+    """``pending`` | ``object_store`` | ``backpressured`` | ``starved`` | ``cpu_starved`` | ``slow``."""
+    text: str
+    gpus_cap: float | None = None
+    """Pending GPU actors: the GPUs the running actors hold, the most the next plans may use."""
+    cpus_cap: float | None = None
+    """Pending CPU actors: the CPUs what runs holds, the most the next plans may use."""
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """A plan whose prediction did not come true, and why."""
+
+    plan_seq: int
+    predicted_rows_per_s: float
+    measured_rows_per_s: float | None
+    causes: tuple[Cause, ...]
+    late: bool = False
+    """The plan's targets were not reached in time (``measured_rows_per_s`` is then ``None``)."""
+
+    @property
+    def reason(self) -> str:
+        what = "".join(c.text + "; " for c in self.causes) or "no cause read from the snapshot; "
+        if self.late:
+            return f"mismatch: plan {self.plan_seq} not in place in time: {what}planning again"
+        return (f"mismatch: plan {self.plan_seq} predicted {self.predicted_rows_per_s:.3g} rows/s, "
+                f"{self.measured_rows_per_s:.3g} came out: {what}planning again")
+
+
+@dataclass
+class PredictionCheck:
+    """The last plan's prediction and the windows measured against it."""
+
+    shortfall: float = 0.2
+    windows: int = 2
+    window_s: float = 5.0
+    seq: int = 0
+    predicted: dict[str, float] = field(default_factory=dict)
+    issued_s: float = 0.0
+    cold_start_s: float = 0.0
+    due_s: float | None = None
+    reached_s: float | None = None
+    start: tuple[float, dict[str, int]] | None = None
+    low: int = 0
+    done: bool = True
+
+    def expect(self, seq: int, predicted: dict[str, float], now: float, *, cold_start_s: float) -> None:
+        """A plan was issued at ``now``: once its rollout is over it should be in place within
+        ``cold_start_s`` plus two snapshot intervals, and put out ``predicted`` rows/s."""
+        self.seq, self.predicted, self.issued_s, self.cold_start_s = seq, dict(predicted), now, cold_start_s
+        self.due_s, self.reached_s, self.start, self.low, self.done = None, None, None, 0, not predicted
+
+    def drop(self) -> None:
+        """The plan no longer stands (a regime change, a new plan, the operators finished)."""
+        self.done = True
+
+    def step(self, snap: Snapshot, now: float, *, interval_s: float, rolling_out: bool) -> Mismatch | None:
+        if self.done:
+            return None
+        names = [o.name for o in snap.operators if o.name in self.predicted]
+        if not names or any(o.completed for o in snap.operators if o.config.kind in ("task", "actor")):
+            self.done = True  # an operator finished: the rest run on what it left, not on the plan
+            return None
+        if self.reached_s is None:
+            if rolling_out:
+                return None
+            if self.due_s is None:
+                self.due_s = now + self.cold_start_s
+            if not any(snap.operator(n).actors_pending for n in names):
+                self.reached_s = now
+                self.start = (now, {n: snap.operator(n).rows_out_total for n in names})
+            elif now > self.due_s + 2 * interval_s:
+                self.done = True
+                return Mismatch(self.seq, self._last(names), None, diagnose(snap, self.predicted, {}), late=True)
+            return None
+        t0, rows0 = self.start
+        if now - t0 < self.window_s:
+            return None
+        measured = {n: (snap.operator(n).rows_out_total - rows0[n]) / (now - t0) for n in names}
+        self.start = (now, {n: snap.operator(n).rows_out_total for n in names})
+        last = names[-1]
+        if measured[last] >= (1 - self.shortfall) * self.predicted[last]:
+            self.low = 0
+            return None
+        self.low += 1
+        if self.low < self.windows:
+            return None
+        self.done = True
+        return Mismatch(self.seq, self.predicted[last], measured[last], diagnose(snap, self.predicted, measured))
+
+    def _last(self, names: list[str]) -> float:
+        return self.predicted[names[-1]]
+
+
+def diagnose(snap: Snapshot, predicted: dict[str, float], measured: dict[str, float]) -> tuple[Cause, ...]:
+    """What the snapshot says held the pipeline below ``predicted`` (rows out/s per operator)."""
+    causes = [_pending(snap, o) for o in snap.operators if o.actors_pending > 0 and o.config.kind == "actor"]
+    store = snap.cluster.object_store_bytes
+    used = sum(o.object_store_bytes for o in snap.operators)
+    if store and used >= STORE_FULL * store:
+        causes.append(Cause("", "object_store", f"the object store is full ({used / 2**20:.0f} of "
+                                                f"{store / 2**20:.0f} MiB)"))
+    for o in snap.operators:
+        if o.name not in predicted or o.completed:
+            continue
+        got = measured.get(o.name)
+        short = got is not None and got < 0.8 * predicted[o.name]
+        if o.backpressured and short:
+            causes.append(Cause(o.name, "backpressured", f"{o.name} backpressured by the operators after it"))
+        elif short and o.starved:
+            causes.append(Cause(o.name, "starved", f"{o.name} starved of input ({got:.3g} of "
+                                                   f"{predicted[o.name]:.3g} rows/s)"))
+        elif short and o.config.kind == "task" and o.input_queue_blocks > 0 and o.config.replicas \
+                and o.tasks_running < o.config.replicas:
+            causes.append(Cause(o.name, "cpu_starved", f"{o.name} short of CPUs: {o.tasks_running} task(s) running "
+                                                       f"of {o.config.replicas} allowed, {o.input_queue_blocks} "
+                                                       f"block(s) queued"))
+        elif short and o.actors_pending == 0:
+            causes.append(_slow(o, got, predicted[o.name]))
+    return tuple(causes)
+
+
+def _pending(snap: Snapshot, o: OperatorSnapshot) -> Cause:
+    c = o.config
+    need = f"{c.num_cpus:g} CPU" + (f" + {c.num_gpus:g} GPU" if c.num_gpus else "") + (
+        f" on {c.accelerator_type}" if c.accelerator_type else "")
+    nodes = snap.cluster.nodes
+    if nodes:
+        fit = most_per_node(nodes, cpus=c.num_cpus, gpus=c.num_gpus, accelerator_type=c.accelerator_type)
+        hosts = [g for g in node_groups(nodes) if (c.num_gpus <= 0 or g.gpus > 0)
+                 and (c.accelerator_type is None or g.accelerator_type == c.accelerator_type)]
+        by_cpus = c.num_gpus > 0 and any(g.cpus / max(c.num_cpus, 1e-9) < g.gpus / c.num_gpus for g in hosts)
+        where = ", ".join(f"{g.count} x {g.name}" for g in hosts) or "no node"
+        text = (f"{o.actors_pending} actor(s) of {o.name} pending: each needs {need} on one node; the nodes "
+                f"that can host one ({where}) hold {fit} in all, bound by their {'CPUs' if by_cpus else 'GPUs'}")
+    else:
+        text = f"{o.actors_pending} actor(s) of {o.name} pending: each needs {need} on one node"
+    actors = [p for p in snap.operators if p.config.kind == "actor"]
+    if c.num_gpus > 0:
+        return Cause(o.name, "pending", text, gpus_cap=sum(p.actors_running * p.config.num_gpus for p in actors))
+    return Cause(o.name, "pending", text, cpus_cap=sum(p.actors_running * p.config.num_cpus for p in actors) + sum(
+        p.tasks_running * p.config.num_cpus for p in snap.operators if p.config.kind == "task"))
+
+
+def _slow(o: OperatorSnapshot, got: float, want: float) -> Cause:
+    n = max(o.actors_running if o.config.kind == "actor" else o.tasks_running, 1)
+    typed = ", ".join(f"{u.accelerator_type}: {u.actors} actor(s)" for u in o.by_type)
+    return Cause(o.name, "slow", f"{o.name} put out {got / n:.3g} rows/s per replica over {n}, the plan "
+                                 f"expected {want / n:.3g}" + (f" ({typed})" if typed else ""))
