@@ -1,0 +1,45 @@
+"""Ray Data's own autoscaling rule, played on the fluid simulator (where the ``ray`` policy only
+observes): every step each actor pool moves as Ray 2.60's ``BacklogAwareActorAutoscaler`` would
+move it (:func:`~trident.autoscaler.policies.trident.inner.ray_rule`: up one at utilisation >= 1.75
+or a backlog, down one at <= 0.5, never while actors are pending), within the user's bounds; task
+operators keep the concurrency the user gave them.
+The baseline of the generated-scenario benchmark. Pure: no Ray."""
+from __future__ import annotations
+
+from trident.autoscaler.policies.trident.inner import pool_view, ray_rule
+from trident.autoscaler.policies.trident.settings import TridentSettings
+from trident.core.policy import PolicyContext
+from trident.core.types import Decision, DecisionKind, OperatorTarget, Plan, Snapshot
+
+
+class RayRule:
+    """Ray Data's per-pool rule at every step; task operators as the user set them."""
+
+    name = "ray-rule"
+
+    def __init__(self, *, context: PolicyContext | None = None) -> None:
+        self.context = context or PolicyContext()
+        self.settings = TridentSettings()
+        self.seq = 0
+        self.sent: dict[str, int] = {}
+
+    def step(self, snapshot: Snapshot, now: float) -> Decision:
+        targets, why = [], []
+        for o in snapshot.operators:
+            c = o.config
+            if o.completed:
+                continue
+            if c.kind != "actor":
+                continue
+            size, reason = ray_rule(pool_view(o), self.settings)
+            size = max(c.min_replicas, size if c.max_replicas is None else min(size, c.max_replicas))
+            if size is not None and size != (c.replicas or 0) and self.sent.get(o.name) != size:
+                self.sent[o.name] = size
+                targets.append(OperatorTarget(name=o.name, replicas=size))
+                why.append(f"{o.name} {c.replicas} -> {size}: {reason}")
+        if not targets:
+            return Decision(time_s=now, reason="ray rule: no change", kind=DecisionKind.OBSERVE)
+        self.seq += 1
+        reason = "ray rule: " + "; ".join(why)
+        return Decision(time_s=now, reason=reason, kind=DecisionKind.INNER,
+                        plan=Plan(seq=self.seq, targets=tuple(targets), reason=reason, created_at_s=now))
