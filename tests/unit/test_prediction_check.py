@@ -103,3 +103,39 @@ def test_a_planner_blind_to_the_nodes_learns_from_the_mismatch_and_plans_what_fi
         if pools and d.time_s > named[0].time_s:
             after.append(sizes["detect"] + sizes["embed"])
     assert after and max(after) <= 12, (after, story)  # 6 + 6 where 8 + 8 was asked for before
+
+
+def _pool_snap(t, *, rows, running, queued=5):
+    op = OperatorSnapshot(name="pool", index=1, config=dataclasses.replace(POOL, replicas=running, num_gpus=0.0),
+                          rows_out_total=rows, actors_running=running, tasks_running=running,
+                          input_queue_blocks=queued)
+    return Snapshot(execution_id="x", seq=int(t), time_s=t, operators=(op,), cluster=ClusterView(cpus=2, gpus=0))
+
+
+def test_a_pool_grown_that_puts_out_no_more_is_saturated_at_its_old_size():
+    """On two cores a third OCR replica adds nothing: the plan expected 3 x 10 rows/s, the pool
+    put out what one replica did; the cause names it and caps the pool at its old size."""
+    check = PredictionCheck(window_s=5.0)
+    for t in range(0, 6):  # one replica, backlogged, 10 rows/s
+        check.observe(_pool_snap(t, rows=10 * t, running=1), float(t))
+    check.expect(1, {"pool": 30.0}, 5.0, cold_start_s=2.0)
+    assert check.before == {"pool": (1, 10.0)}
+    mismatch, rows = None, 50
+    for t in range(6, 30):
+        rows += 10.5
+        snap = _pool_snap(t, rows=rows, running=3)
+        check.observe(snap, float(t))
+        mismatch = mismatch or check.step(snap, float(t), interval_s=1.0, rolling_out=False)
+    assert mismatch is not None
+    (cause,) = mismatch.causes
+    assert cause.kind == "saturated" and cause.ceiling == 1
+    assert "replicas beyond 1 add nothing" in cause.text
+
+
+def test_a_pool_that_grew_its_output_is_not_saturated():
+    check = PredictionCheck(window_s=5.0)
+    for t in range(0, 6):
+        check.observe(_pool_snap(t, rows=10 * t, running=1), float(t))
+    check.expect(1, {"pool": 30.0}, 5.0, cold_start_s=2.0)
+    causes = diagnose(_pool_snap(20, rows=0, running=3), {"pool": 30.0}, {"pool": 20.0}, before=check.before)
+    assert [c.kind for c in causes] == ["slow"]  # 20 rows/s on 3 where 1 made 10: short, not saturated

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from test_report import record
+from test_report import record, snap
 from trident.core.types import Decision, OperatorTarget, Plan
 from trident.report.predictions import plan_checks, prediction_error
 from trident.report.record import summarize
@@ -15,6 +15,8 @@ OP = "MapBatches(Embed)"
 def _with_prediction(predicted):
     rec = record()
     e = rec.executions[0]
+    e.snapshots = [snap(t, 30 * t, 1 if t < 3 else 3, 200 * 2**20) for t in range(1, 21)]  # 30 rows/s, 20 s
+    e.ended_at_s = 20.5
     d = e.decisions[1]
     e.decisions[1] = dataclasses.replace(d, predicted_rows_per_s=((OP, predicted),))
     return rec
@@ -23,7 +25,7 @@ def _with_prediction(predicted):
 def test_a_plan_is_measured_from_its_target_reached_to_the_end():
     rec = _with_prediction(60.0)  # the snapshots put out 30 rows/s
     (check,) = plan_checks(rec.executions[0])
-    assert check.reached_s == pytest.approx(5.1) and check.until_s == pytest.approx(10.5)
+    assert check.reached_s == pytest.approx(5.1) and check.until_s == pytest.approx(20.5)
     assert dict(check.measured_rows_per_s)[OP] == pytest.approx(30.0)
     assert check.error == pytest.approx(1.0)
     assert summarize(rec)["prediction_error"] == pytest.approx(1.0)
@@ -42,5 +44,6 @@ def test_a_later_plan_ends_the_window_of_the_one_before():
     e = rec.executions[0]
     later = Plan(seq=2, targets=(OperatorTarget(name=OP, replicas=3),), reason="again", created_at_s=8.0)
     e.decisions.append(Decision(time_s=8.0, reason="again", plan=later, predicted_rows_per_s=((OP, 30.0),)))
-    checks = plan_checks(e)
+    checks = plan_checks(e, min_window_s=2.0)
     assert [c.until_s for c in checks] == [pytest.approx(8.0)]  # the second one never reached its target
+    assert plan_checks(e) == []  # 2.9 s: shorter than a rate window

@@ -1,9 +1,10 @@
 """Every plan is a prediction: what each plan expected each operator to put out (rows/s), beside
 what the operator put out once the plan's targets were reached, until the next plan.
 
-A plan whose pool targets were never all reached before the next plan (or the end) is not
-measured; nor is an operator that completed inside the window. The error of a plan is the
-median over its operators of ``|predicted / measured - 1|``.
+A plan whose pool targets were never all reached (or its rollout finished) before the next plan
+(or the end) is not measured; nor is an operator that completed inside the window. The error of a
+plan is ``|predicted / measured - 1|`` of the last operator it predicted, the pipeline's output
+(what the operators before it put out also fills the queues between them).
 """
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-MIN_WINDOW_S = 2.0
-"""A plan whose measured window is shorter than this (seconds) is not measured."""
+REACHED = ("target_reached", "rollout_finished")
+"""Actions that say a pool stands where a plan put it."""
+MIN_WINDOW_S = 5.0
+"""A plan whose measured window is shorter than this (seconds, the policy's rate window) is not
+measured: right after a start the queues between operators fill, and a short window reads that."""
 
 
 @dataclass(frozen=True)
@@ -28,31 +32,36 @@ class PlanCheck:
     @property
     def error(self) -> float | None:
         measured = dict(self.measured_rows_per_s)
-        errs = [abs(p / measured[n] - 1.0) for n, p in self.predicted_rows_per_s if measured.get(n, 0) > 0]
-        return statistics.median(errs) if errs else None
+        last = [(n, p) for n, p in self.predicted_rows_per_s if n in measured]
+        if not last or measured[last[-1][0]] <= 0:
+            return None
+        name, predicted = last[-1]
+        return abs(predicted / measured[name] - 1.0)
 
 
-def plan_checks(execution: Any) -> list[PlanCheck]:
+def plan_checks(execution: Any, *, min_window_s: float = MIN_WINDOW_S) -> list[PlanCheck]:
     """The measured plans of one :class:`~trident.report.record.ExecutionRecord`."""
     plans = [d for d in execution.decisions if d.plan is not None]
     end_s = execution.ended_at_s if execution.ended_at_s is not None else (
         execution.snapshots[-1].time_s if execution.snapshots else 0.0)
+    actors = {o.name for s in execution.snapshots[-1:] for o in s.operators if o.config.kind == "actor"}
     out = []
     for i, d in enumerate(plans):
         if not d.predicted_rows_per_s:
             continue
         until = plans[i + 1].time_s if i + 1 < len(plans) else end_s
-        pools = {t.name for t in d.plan.targets if t.replicas is not None}
+        pools = {t.name for t in d.plan.targets if t.replicas is not None and t.name in actors}
         reached = []
         for name in pools:
             hits = [a.time_s for a in execution.actions
-                    if a.operator == name and a.kind == "target_reached" and d.time_s <= a.time_s <= until]
+                    if a.operator == name and a.kind in REACHED and d.time_s <= a.time_s <= until]
             if not hits:
                 break
             reached.append(min(hits))
         else:
             start = max(reached, default=d.time_s)
-            measured = _rates(execution.snapshots, start, until, [n for n, _ in d.predicted_rows_per_s])
+            measured = _rates(execution.snapshots, start, until, [n for n, _ in d.predicted_rows_per_s],
+                              min_window_s)
             if measured:
                 out.append(PlanCheck(time_s=d.time_s, reached_s=start, until_s=until,
                                      predicted_rows_per_s=d.predicted_rows_per_s,
@@ -60,16 +69,21 @@ def plan_checks(execution: Any) -> list[PlanCheck]:
     return out
 
 
-def _rates(snapshots, start_s: float, until_s: float, names: list[str]) -> dict[str, float]:
-    window = [s for s in snapshots if start_s <= s.time_s <= until_s]
-    if len(window) < 2 or window[-1].time_s - window[0].time_s < MIN_WINDOW_S:
+def _rates(snapshots, start_s: float, until_s: float, names: list[str], min_window_s: float) -> dict[str, float]:
+    window = []
+    for s in snapshots:  # up to the first snapshot in which one of the operators has finished
+        if start_s <= s.time_s <= until_s:
+            if any(o.completed for o in s.operators if o.name in names):
+                break
+            window.append(s)
+    if len(window) < 2 or window[-1].time_s - window[0].time_s < min_window_s:
         return {}
     first, last = window[0], window[-1]
     out = {}
     ops_a, ops_b = {o.name: o for o in first.operators}, {o.name: o for o in last.operators}
     for name in names:
         a, b = ops_a.get(name), ops_b.get(name)
-        if a is None or b is None or b.completed:
+        if a is None or b is None:
             continue
         out[name] = (b.rows_out_total - a.rows_out_total) / (last.time_s - first.time_s)
     return out

@@ -7,7 +7,9 @@ plan's pools still wait to start a cold start plus two snapshot intervals after 
 ended (a rollout under way has its own check for targets that stand still), the check reports a
 :class:`Mismatch` whose cause is read from the snapshot (:func:`diagnose`): actors pending and
 the resource the nodes lack, the object store full, an operator backpressured, starved of input
-or of CPUs, or a rate per replica below what the plan assumed. Pure: no Ray, no clock.
+or of CPUs, a rate per replica below what the plan assumed, or a pool the plan grew that puts out
+no more than it did before (replicas that share what the operator runs on: a saturated pool).
+Pure: no Ray, no clock.
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from trident.core.types import OperatorSnapshot, Snapshot
 
 STORE_FULL = 0.9
 """Object-store use, as a fraction of the cluster's store, that counts as full."""
+SATURATED = 1.1
+"""A grown pool whose output is at most this many times what it put out before is saturated."""
 
 
 @dataclass(frozen=True)
@@ -26,12 +30,15 @@ class Cause:
 
     operator: str
     kind: str
-    """``pending`` | ``object_store`` | ``backpressured`` | ``starved`` | ``cpu_starved`` | ``slow``."""
+    """``pending`` | ``object_store`` | ``backpressured`` | ``starved`` | ``cpu_starved`` | ``slow`` |
+    ``saturated``."""
     text: str
     gpus_cap: float | None = None
     """Pending GPU actors: the GPUs the running actors hold, the most the next plans may use."""
     cpus_cap: float | None = None
     """Pending CPU actors: the CPUs what runs holds, the most the next plans may use."""
+    ceiling: int | None = None
+    """A saturated pool: the replicas beyond which it put out no more."""
 
 
 @dataclass(frozen=True)
@@ -70,12 +77,39 @@ class PredictionCheck:
     start: tuple[float, dict[str, int]] | None = None
     low: int = 0
     done: bool = True
+    history: list[tuple[float, dict[str, tuple[int, int, bool]]]] = field(default_factory=list)
+    """(time, operator -> (rows out, actors running, input queued)) of the last snapshots."""
+    before: dict[str, tuple[int, float]] = field(default_factory=dict)
+    """Pools the plan found backlogged at a steady size: (replicas, rows out/s) over the window before it."""
+
+    def observe(self, snap: Snapshot, now: float) -> None:
+        """Keep the last ``2 x window_s`` of each operator's output, actors and queue."""
+        self.history.append((now, {o.name: (o.rows_out_total, o.actors_running, o.input_queue_blocks > 0)
+                                   for o in snap.operators}))
+        while self.history and now - self.history[0][0] > 2 * self.window_s:
+            self.history.pop(0)
 
     def expect(self, seq: int, predicted: dict[str, float], now: float, *, cold_start_s: float) -> None:
         """A plan was issued at ``now``: once its rollout is over it should be in place within
         ``cold_start_s`` plus two snapshot intervals, and put out ``predicted`` rows/s."""
         self.seq, self.predicted, self.issued_s, self.cold_start_s = seq, dict(predicted), now, cold_start_s
         self.due_s, self.reached_s, self.start, self.low, self.done = None, None, None, 0, not predicted
+        self.before = self._steady_before(now)
+
+    def _steady_before(self, now: float) -> dict[str, tuple[int, float]]:
+        """Each pool that ran at one size with its input queued over the last ``window_s``: that
+        size and what it put out (rows/s)."""
+        window = [(t, ops) for t, ops in self.history if now - t <= self.window_s]
+        if len(window) < 2 or window[-1][0] - window[0][0] < self.window_s / 2:
+            return {}
+        (t0, first), (t1, last) = window[0], window[-1]
+        out = {}
+        for name, (rows, running, _) in last.items():
+            sizes = {ops[name][1] for _, ops in window if name in ops}
+            if name in first and running > 0 and sizes == {running} and all(ops[name][2] for _, ops in window
+                                                                            if name in ops):
+                out[name] = (running, (rows - first[name][0]) / (t1 - t0))
+        return out
 
     def drop(self) -> None:
         """The plan no longer stands (a regime change, a new plan, the operators finished)."""
@@ -113,14 +147,17 @@ class PredictionCheck:
         if self.low < self.windows:
             return None
         self.done = True
-        return Mismatch(self.seq, self.predicted[last], measured[last], diagnose(snap, self.predicted, measured))
+        return Mismatch(self.seq, self.predicted[last], measured[last],
+                        diagnose(snap, self.predicted, measured, before=self.before))
 
     def _last(self, names: list[str]) -> float:
         return self.predicted[names[-1]]
 
 
-def diagnose(snap: Snapshot, predicted: dict[str, float], measured: dict[str, float]) -> tuple[Cause, ...]:
-    """What the snapshot says held the pipeline below ``predicted`` (rows out/s per operator)."""
+def diagnose(snap: Snapshot, predicted: dict[str, float], measured: dict[str, float], *,
+             before: dict[str, tuple[int, float]] | None = None) -> tuple[Cause, ...]:
+    """What the snapshot says held the pipeline below ``predicted`` (rows out/s per operator);
+    ``before``: (replicas, rows out/s) of the pools that ran steady and backlogged before the plan."""
     causes = [_pending(snap, o) for o in snap.operators if o.actors_pending > 0 and o.config.kind == "actor"]
     store = snap.cluster.object_store_bytes
     used = sum(o.object_store_bytes for o in snap.operators)
@@ -143,7 +180,7 @@ def diagnose(snap: Snapshot, predicted: dict[str, float], measured: dict[str, fl
                                                        f"of {o.config.replicas} allowed, {o.input_queue_blocks} "
                                                        f"block(s) queued"))
         elif short and o.actors_pending == 0:
-            causes.append(_slow(o, got, predicted[o.name]))
+            causes.append(_saturated(o, got, (before or {}).get(o.name)) or _slow(o, got, predicted[o.name]))
     return tuple(causes)
 
 
@@ -167,6 +204,18 @@ def _pending(snap: Snapshot, o: OperatorSnapshot) -> Cause:
         return Cause(o.name, "pending", text, gpus_cap=sum(p.actors_running * p.config.num_gpus for p in actors))
     return Cause(o.name, "pending", text, cpus_cap=sum(p.actors_running * p.config.num_cpus for p in actors) + sum(
         p.tasks_running * p.config.num_cpus for p in snap.operators if p.config.kind == "task"))
+
+
+def _saturated(o: OperatorSnapshot, got: float, before: tuple[int, float] | None) -> Cause | None:
+    """A pool grown past the size it ran at, backlogged still, that puts out no more than then."""
+    if before is None or o.config.kind != "actor" or o.input_queue_blocks == 0:
+        return None
+    size, rate = before
+    if o.actors_running <= size or got > SATURATED * rate:
+        return None
+    return Cause(o.name, "saturated", f"{o.name} put out {got:.3g} rows/s on {o.actors_running} replicas, "
+                                      f"{rate:.3g} on {size}: replicas beyond {size} add nothing (they share "
+                                      f"what it runs on)", ceiling=size)
 
 
 def _slow(o: OperatorSnapshot, got: float, want: float) -> Cause:

@@ -87,6 +87,9 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         """``cpus`` / ``gpus`` -> (the most a plan may use, the cluster it was learned on): what
         actors that could not be placed taught; held while the cluster stays as it was."""
         self.last_step_s: float | None = None
+        self.saturated: dict[str, int] = {}
+        """Pools that put out no more on more replicas: the most a plan gives them, until their data
+        changes."""
 
     @property
     def tracks(self):
@@ -110,6 +113,9 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         interval_s, self.last_step_s = (now - self.last_step_s if self.last_step_s is not None else 0.0), now
         if self.changed_ops:
             self.check.drop()  # the data changed: the plan's premise with it
+            for name in self.changed_ops:
+                self.saturated.pop(name, None)
+        self.check.observe(snap, now)
         mismatch = self.check.step(snap, now, interval_s=interval_s, rolling_out=self.phases.active)
         if mismatch is not None:
             return self._mismatch(mismatch, snap, now, notes)
@@ -287,6 +293,8 @@ class TridentPolicy(RolloutSteps, BatchTuning):
             for name, cap in (("gpus", cause.gpus_cap), ("cpus", cause.cpus_cap)):
                 if cap is not None and cap > 0:
                     self.learned_caps[name] = (cap, cluster_shape(snap))
+            if cause.ceiling is not None:
+                self.saturated[cause.operator] = cause.ceiling
         self.phases.clear()
         self.replan_now, self.last_look_s = True, None
         return Decision(time_s=now, reason=mismatch.reason, notes=tuple(notes), kind="mismatch")
@@ -334,21 +342,25 @@ class TridentPolicy(RolloutSteps, BatchTuning):
                 f"minimum, so it holds every pool there and adds no replica")
 
     def _with_ceilings(self, prob, snap: Snapshot, now: float):
-        """Pools that could not reach a planned size get at most what they reached, and a plan
-        whose actors could not be placed caps the CPUs or GPUs of the next ones at what ran, while
-        the cluster stays as it was; a ceiling holds ``ceiling_hold_s`` (what blocked the pool,
-        another pool's replicas or a task operator's CPUs, may be gone by then)."""
+        """Pools that could not reach a planned size get at most what they reached, saturated pools
+        at most the size beyond which they put out no more, and a plan whose actors could not be
+        placed caps the CPUs or GPUs of the next ones at what ran, while the cluster stays as it
+        was; a ceiling holds ``ceiling_hold_s`` (what blocked the pool, another pool's replicas or
+        a task operator's CPUs, may be gone by then), a saturation until the pool's data changes."""
         hold = self.settings.ceiling_hold_s
         self.ceilings = {n: (c, t) for n, (c, t) in self.ceilings.items() if now - t < hold}
         self.learned_caps = {n: (v, s) for n, (v, s) in self.learned_caps.items() if s == cluster_shape(snap)}
         for name, (cap, _) in self.learned_caps.items():
             field = f"{name}_limit"
             prob = replace(prob, **{field: cap if getattr(prob, field) is None else min(getattr(prob, field), cap)})
-        if not self.ceilings:
+        highest = {n: c.hi for n, (c, _) in self.ceilings.items()}
+        for name, size in self.saturated.items():
+            highest[name] = min(highest.get(name, size), size)
+        if not highest:
             return prob
-        ops = tuple(replace(sp, max_replicas=min(sp.max_replicas or c.hi, c.hi))
-                    if (c := self.ceilings.get(sp.name, (None, 0.0))[0]) is not None and c.hi >= sp.min_replicas
-                    else sp for sp in prob.operators)
+        ops = tuple(replace(sp, max_replicas=min(sp.max_replicas or hi, hi))
+                    if (hi := highest.get(sp.name)) is not None and hi >= sp.min_replicas else sp
+                    for sp in prob.operators)
         return replace(prob, operators=ops)
 
     @staticmethod
