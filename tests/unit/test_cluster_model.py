@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from trident.autoscaler.policies.trident.problem import node_types, on_nodes
+from trident.autoscaler.policies.trident.nodes import node_types, on_nodes
 from trident.autoscaler.sim.pipeline import PipelineSpec, SimNodes, SimOperator, simulate
 from trident.core.cluster import NodeShape, most_per_node, node_groups, node_shapes
 from trident.core.errors import ConfigError

@@ -3,8 +3,8 @@
 :func:`draw` makes one scenario from a seed: 2-6 operators (the first reads: CPU tasks; then task
 operators and actor pools of 0.25, 0.5 or 1 GPU or CPUs only), filters and fan-outs, 1-3
 accelerator types with per-operator speed ratios of 1-6x, 1-16 nodes of 2-32 CPUs and 0-8 GPUs
-(GPU nodes short of CPUs among them), regime changes by dataset position, heaps that grow with the
-batch size and, at times, a memory limit. :func:`work_bound_s` is the time no policy can beat:
+(GPU nodes short of CPUs among them), regime changes by dataset position, actors' heaps (a base,
+growing with the batch size on GPU pools) and, at times, a memory limit. :func:`work_bound_s` is the time no policy can beat:
 the work of each regime phase at the best placement the nodes allow (each replica whole on one
 node), every change free and instant. Pure and seeded.
 """
@@ -92,7 +92,8 @@ def _operator(rng: np.random.Generator, name: str, types: tuple[str, ...]) -> Si
         kind = "task" if rng.random() < 0.5 else "actor"
         return SimOperator(name=name, kind=kind, peak_rows_per_s=((CPU, float(rng.uniform(5, 200))),),
                            selectivity=selectivity, replicas=int(rng.integers(1, 4)),
-                           max_replicas=int(rng.integers(4, 33)), cold_start_s=cold if kind == "actor" else 0.0)
+                           max_replicas=int(rng.integers(4, 33)), cold_start_s=cold if kind == "actor" else 0.0,
+                           heap_base_bytes=float(rng.uniform(0.2, 2.0)) * GiB if kind == "actor" else 0.0)
     base = float(rng.uniform(5, 100))
     peaks = tuple((t, base * float(rng.choice([1.0, 1.0, 2.0, 4.0, 6.0]))) for t in types)
     batch = int(rng.choice([8, 16, 32, 64]))

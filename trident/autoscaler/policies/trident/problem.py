@@ -10,17 +10,16 @@ from trident.core.plan.placement import (
     CPU,
     Allocation,
     DeviceOption,
-    NodeType,
     OperatorSpec,
     PlacementProblem,
     throughput_of,
 )
 from trident.autoscaler.policies.trident import estimates
+from trident.autoscaler.policies.trident import nodes as nodes_of
 from trident.autoscaler.policies.trident.records import ConfigKey, Estimate, key_of
 from trident.autoscaler.policies.trident.settings import TridentSettings
 from trident.autoscaler.policies.trident.track import OperatorTrack
-from trident.core.cluster import node_groups
-from trident.core.types import ClusterView, OperatorSnapshot, OperatorTarget, Snapshot
+from trident.core.types import OperatorSnapshot, OperatorTarget, Snapshot
 
 TYPE_SPEEDUP = 1.5
 """How much faster on one accelerator type than on another an unpinned pool must be measured
@@ -60,7 +59,7 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
     typed = {t: g for t, g in cluster.gpus_by_type if g > 0}
     view = typed_view(snap, ops, tracks, settings)
     seen, per_type, upside = view.seen, view.per_type, view.upside
-    nodes = node_types(cluster, typed, per_type)
+    nodes = nodes_of.node_types(cluster, typed, per_type)
     specs, current, rates, missing = [], {}, {}, []
     # every pool's, done ones included, as the inner loop's room counts them: a pool not measured
     # yet is charged alike by both
@@ -118,7 +117,7 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
             # a pool Ray spread over two types is planned on one: it keeps at most what one holds
             # (two-types: Detect's 3 on A + 2 on B kept at 5 where one type holds 4 made every
             # plan infeasible for 12 s)
-            lo = max(o.config.min_replicas or 0, min(lo, one_device_most(options, nodes)))
+            lo = max(o.config.min_replicas or 0, min(lo, nodes_of.one_device_most(options, nodes)))
         specs.append(OperatorSpec(name=o.name, options=tuple(options), selectivity=sels[i],
                                   min_replicas=lo, max_replicas=hi,
                                   cold_start_s=estimates.cold_start_s(tr, o, settings),
@@ -136,7 +135,7 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
     specs = bound_held(specs, factors, slots=cluster.cpus + cluster.gpus)
     limit = memory_limit_bytes or cluster.memory_limit_bytes
     problem = PlacementProblem(operators=tuple(specs), node_types=tuple(nodes),
-                               current=Allocation.of(on_nodes(current, specs, nodes)),
+                               current=Allocation.of(nodes_of.on_nodes(current, specs, nodes)),
                                memory_limit_bytes=limit, cpus_limit=cluster.cpus, gpus_limit=cluster.gpus,
                                horizon_s=settings.horizon_s, hysteresis=settings.hysteresis,
                                time_limit_s=settings.solver_time_limit_s,
@@ -193,70 +192,6 @@ def no_growth_beside_bounds(specs: list[OperatorSpec], ops: list[OperatorSnapsho
             sp = replace(sp, min_replicas=min(sp.min_replicas, hi), max_replicas=hi)
         out.append(sp)
     return out
-
-
-def one_device_most(options: list[DeviceOption], nodes: list[NodeType]) -> float:
-    """The most replicas of a one-device pool that any one of its options' devices holds alone
-    (each replica whole on one node: its CPUs and GPUs)."""
-    most = 0
-    for opt in options:
-        if opt.cpus <= 0 and opt.gpus <= 0:  # it needs neither: any number fits
-            return math.inf
-        most = max(most, sum(_per_node(opt, n) * n.count for n in nodes if opt.fits(n)))
-    return most
-
-
-def node_types(cluster: ClusterView, typed: dict[str, float], per_type: bool) -> list[NodeType]:
-    """The nodes a plan places replicas on: Ray's live nodes grouped by shape, each replica whole on
-    one node (a node without GPUs hosts no GPU replica, a GPU replica's CPUs come from its node);
-    GPU nodes named by their accelerator type when pools are planned per type. Where the nodes are
-    not known, the cluster's totals: CPUs for CPU replicas, GPUs (per type) for GPU ones."""
-    if cluster.nodes:
-        return [NodeType(name=g.name, count=g.count, cpus=g.cpus, gpus=g.gpus,
-                         gpu_type=g.accelerator_type if per_type else None) for g in node_groups(cluster.nodes)]
-    nodes = [NodeType(name=CPU, count=1, cpus=cluster.cpus)]
-    if per_type:
-        cpus_of = dict(cluster.cpus_by_type)
-        nodes += [NodeType(name=t, count=1, cpus=min(cpus_of.get(t, cluster.cpus), cluster.cpus), gpus=g, gpu_type=t)
-                  for t, g in typed.items()]
-    elif cluster.gpus > 0:
-        nodes.append(NodeType(name=ANY_GPU, count=1, cpus=cluster.cpus, gpus=cluster.gpus))
-    return nodes
-
-
-def on_nodes(current: dict[tuple[str, str], int], specs: list[OperatorSpec],
-             nodes: list[NodeType]) -> dict[tuple[str, str, str], int]:
-    """The replicas running now per (operator, device), spread over the node types their option
-    fits, GPU replicas first, each node type filled before the next and the last taking what is
-    left (Ray does not say which node an actor is on; a plan names devices, not nodes, so only the
-    start costs see this spread)."""
-    options = {(sp.name, o.device): o for sp in specs for o in sp.options}
-    free = {n.name: [n.cpus * n.count, n.gpus * n.count] for n in nodes}
-    out: dict[tuple[str, str, str], int] = {}
-    for (op, device), count in sorted(current.items(), key=lambda kv: -options[kv[0]].gpus if kv[0] in options else 0):
-        opt = options.get((op, device))
-        fitting = [n for n in nodes if n.count > 0 and opt is not None and opt.fits(n)]
-        for k, n in enumerate(fitting):
-            room = free[n.name]
-            take = count if k == len(fitting) - 1 else min(count, _fit(opt, room[0], room[1]))
-            if take > 0:
-                out[(op, device, n.name)] = out.get((op, device, n.name), 0) + take
-                room[0] -= take * opt.cpus
-                room[1] -= take * opt.gpus
-                count -= take
-            if not count:
-                break
-    return out
-
-
-def _fit(opt: DeviceOption, cpus: float, gpus: float) -> int:
-    """Replicas of ``opt`` that ``cpus`` and ``gpus`` hold (a large number when it needs neither)."""
-    fits = [math.floor(have / need + 1e-9) for need, have in ((opt.cpus, cpus), (opt.gpus, gpus)) if need > 0]
-    return max(0, min(fits)) if fits else 10**6
-
-
-def _per_node(opt: DeviceOption, node: NodeType) -> int:
-    return _fit(opt, node.cpus, node.gpus)
 
 
 @dataclass(frozen=True)
