@@ -29,13 +29,14 @@ from trident.core.plan.milp import solve_placement
 from trident.autoscaler.actuation import RolloutInputs, plan_rollout
 from trident.autoscaler.policies.trident import estimates, explore, problem
 from trident.autoscaler.policies.trident.check import Mismatch, PredictionCheck
+from trident.autoscaler.policies.trident.learned import Learned
 from trident.autoscaler.policies.trident.phases import Phases
 from trident.autoscaler.policies.trident.records import Assumed, Bounds, key_of
 from trident.autoscaler.policies.trident.rollouts import RolloutSteps, moves
 from trident.autoscaler.policies.trident.settings import TridentSettings
 from trident.autoscaler.policies.trident.tracking import Observer
 from trident.autoscaler.policies.trident.tuning import BatchTuning
-from trident.core.types import Decision, OperatorTarget, Plan, Snapshot, cluster_shape
+from trident.core.types import Decision, OperatorTarget, Plan, Snapshot
 
 
 class TridentPolicy(RolloutSteps, BatchTuning):
@@ -83,13 +84,9 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         self.check = PredictionCheck(shortfall=self.settings.mismatch_shortfall,
                                      windows=self.settings.mismatch_windows, window_s=self.settings.rate_window_s)
         """The last plan's prediction, checked against what comes out (:mod:`.check`)."""
-        self.learned_caps: dict[str, tuple[float, tuple]] = {}
-        """``cpus`` / ``gpus`` -> (the most a plan may use, the cluster it was learned on): what
-        actors that could not be placed taught; held while the cluster stays as it was."""
+        self.learned = Learned()
+        """What mismatches taught: placement caps and saturated pools (:mod:`.learned`)."""
         self.last_step_s: float | None = None
-        self.saturated: dict[str, int] = {}
-        """Pools that put out no more on more replicas: the most a plan gives them, until their data
-        changes."""
 
     @property
     def tracks(self):
@@ -113,8 +110,7 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         interval_s, self.last_step_s = (now - self.last_step_s if self.last_step_s is not None else 0.0), now
         if self.changed_ops:
             self.check.drop()  # the data changed: the plan's premise with it
-            for name in self.changed_ops:
-                self.saturated.pop(name, None)
+            self.learned.data_changed(self.changed_ops)
         self.check.observe(snap, now)
         mismatch = self.check.step(snap, now, interval_s=interval_s, rolling_out=self.phases.active)
         if mismatch is not None:
@@ -238,7 +234,7 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         cur_t = (result.current_throughput_rows_per_s or 0.0) if result.current_valid else 0.0
         rollout_inputs_cold_starts = {o.name: estimates.cold_start_s(self.tracks[o.name], o, self.settings) for o in ops}
         used = [problem.used(o) for o in ops]
-        capped = self._within_learned_caps(snap)
+        capped = self.learned.within(snap)
         rollout = plan_rollout(
             {o.name: o.config for o in ops}, targets,
             RolloutInputs(current_throughput_rows_per_s=cur_t, new_throughput_rows_per_s=result.throughput_rows_per_s,
@@ -286,15 +282,8 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         return decision
 
     def _mismatch(self, mismatch: Mismatch, snap: Snapshot, now: float, notes: list[str]) -> Decision:
-        """The last plan's prediction did not come true: say why, keep what was learned (actors
-        that cannot be placed: the resources what runs holds are all the plans may use) and plan
-        again at once."""
-        for cause in mismatch.causes:
-            for name, cap in (("gpus", cause.gpus_cap), ("cpus", cause.cpus_cap)):
-                if cap is not None and cap > 0:
-                    self.learned_caps[name] = (cap, cluster_shape(snap))
-            if cause.ceiling is not None:
-                self.saturated[cause.operator] = cause.ceiling
+        """The last plan's prediction did not come true: say why, keep what it taught, plan again."""
+        self.learned.learn(mismatch, snap)
         self.phases.clear()
         self.replan_now, self.last_look_s = True, None
         return Decision(time_s=now, reason=mismatch.reason, notes=tuple(notes), kind="mismatch")
@@ -342,19 +331,13 @@ class TridentPolicy(RolloutSteps, BatchTuning):
                 f"minimum, so it holds every pool there and adds no replica")
 
     def _with_ceilings(self, prob, snap: Snapshot, now: float):
-        """Pools that could not reach a planned size get at most what they reached, saturated pools
-        at most the size beyond which they put out no more, and a plan whose actors could not be
-        placed caps the CPUs or GPUs of the next ones at what ran, while the cluster stays as it
-        was; a ceiling holds ``ceiling_hold_s`` (what blocked the pool, another pool's replicas or
-        a task operator's CPUs, may be gone by then), a saturation until the pool's data changes."""
+        """Pools that could not reach a planned size get at most what they reached for
+        ``ceiling_hold_s`` (what blocked them may be gone by then), within what mismatches taught."""
         hold = self.settings.ceiling_hold_s
         self.ceilings = {n: (c, t) for n, (c, t) in self.ceilings.items() if now - t < hold}
-        self.learned_caps = {n: (v, s) for n, (v, s) in self.learned_caps.items() if s == cluster_shape(snap)}
-        for name, (cap, _) in self.learned_caps.items():
-            field = f"{name}_limit"
-            prob = replace(prob, **{field: cap if getattr(prob, field) is None else min(getattr(prob, field), cap)})
+        prob = self.learned.limit(prob, snap)
         highest = {n: c.hi for n, (c, _) in self.ceilings.items()}
-        for name, size in self.saturated.items():
+        for name, size in self.learned.saturated.items():
             highest[name] = min(highest.get(name, size), size)
         if not highest:
             return prob

@@ -4,13 +4,11 @@ between plans Ray Data's own rule within the planner's bounds (:mod:`.inner`). P
 clock."""
 from __future__ import annotations
 
-from dataclasses import replace
-
 from trident.autoscaler.policies.trident import estimates, tuner
 from trident.autoscaler.policies.trident.inner import inner_targets
 from trident.autoscaler.policies.trident.phases import Stuck, hold_tasks
 from trident.autoscaler.policies.trident.records import Bounds, key_of
-from trident.core.types import Decision, OperatorTarget, Snapshot, cluster_shape
+from trident.core.types import Decision, OperatorTarget, Snapshot
 
 
 class RolloutSteps:
@@ -95,7 +93,7 @@ class RolloutSteps:
 
     def _inner(self, snap: Snapshot, now: float, notes: list[str]) -> Decision | None:
         targets, reasons, self.held_back = inner_targets(
-            self._within_learned_caps(snap), {**self.bounds, **self._first_batch_holds(snap)}, self._heaps(snap),
+            self.learned.within(snap), {**self.bounds, **self._first_batch_holds(snap)}, self._heaps(snap),
             memory_limit_bytes=self.context.memory_limit_bytes, settings=self.settings, skip=self.phases.operators(),
             wanted=self.held_back)
         fresh = [(t, r) for t, r in zip(targets, reasons) if self.inner_sent.get(t.name) != t.replicas]
@@ -104,16 +102,6 @@ class RolloutSteps:
         targets, reasons = [t for t, _ in fresh], [r for _, r in fresh]
         self.inner_sent.update({t.name: t.replicas for t in targets})
         return self._issue(tuple(targets), "inner: " + "; ".join(reasons), now, notes, kind="inner", plan_made=False)
-
-    def _within_learned_caps(self, snap: Snapshot) -> Snapshot:
-        """The snapshot with the cluster's CPUs and GPUs cut to what placement taught (the caps
-        the planner plans within bind Ray's rule too)."""
-        caps = {name: cap for name, (cap, shape) in self.learned_caps.items() if shape == cluster_shape(snap)}
-        if not caps:
-            return snap
-        c = snap.cluster
-        return replace(snap, cluster=replace(c, cpus=min(c.cpus, caps.get("cpus", c.cpus)),
-                                             gpus=min(c.gpus, caps.get("gpus", c.gpus))))
 
     def _first_batch_holds(self, snap: Snapshot) -> dict[str, Bounds]:
         """Under a memory limit, with the batch-size search on, a pool no task of which has finished
