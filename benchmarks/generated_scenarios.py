@@ -13,7 +13,9 @@ Writes ``benchmarks/results/generated_scenarios-<set>-<n>.json`` (RESULTS.md sha
 seed and policy; the ``summary`` gives the share of seeds at >= 0.98x Ray, the median ratio and
 the median fraction of the bound) and a PNG beside it. Every seed where trident is below 0.98x
 Ray is written to ``benchmarks/results/generated_losses/seed-<n>.json`` with its description
-and trident's decisions: replay it with ``draw(seed)``. Mode: simulated.
+and trident's decisions: replay it with ``draw(seed)``. A run still going at 8x the bound (at
+least an hour) is stopped and marked unfinished (``summary.unfinished``): its ratio is a lower
+bound. Mode: simulated.
 """
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 from trident.autoscaler.sim.generate import draw, work_bound_s
 from trident.autoscaler.sim.pipeline import simulate
@@ -65,6 +69,8 @@ def summary(rows: list[dict]) -> dict:
             "median_ratio": statistics.median(ratios), "worst_ratio": min(ratios), "best_ratio": max(ratios),
             "median_vs_bound": statistics.median(bounds), "ray_median_vs_bound": statistics.median(ray_bounds),
             "oom_kills": {p: sum(r["oom_kills"] for r in rows if r["policy"] == p) for p in ("ray", "trident")},
+            "unfinished": {p: sorted(r["seed"] for r in rows if r["policy"] == p and not r["finished"])
+                           for p in ("ray", "trident")},
             "losses": sorted(r["seed"] for r in rows if r["policy"] == "trident" and r["ratio_to_baseline"] < LOSS)}
 
 
@@ -91,10 +97,12 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     tri = [r for r in rows if r["policy"] == "trident"]
     ray = {r["seed"]: r for r in rows if r["policy"] == "ray"}
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
-    a.hist([r["ratio_to_baseline"] for r in tri], bins=30, color="tab:blue")
+    ratios = [r["ratio_to_baseline"] for r in tri]
+    a.hist(ratios, bins=np.geomspace(min(ratios + [0.1]), max(ratios + [10.0]), 40), color="tab:blue")
+    a.set_xscale("log")
     a.axvline(1.0, color="k", lw=0.8)
     a.axvline(LOSS, color="tab:red", lw=0.8, ls="--")
-    a.set_xlabel("trident vs Ray's rule (Ray wall / trident wall)")
+    a.set_xlabel("trident vs Ray's rule (Ray wall / trident wall, log scale)")
     a.set_ylabel("seeds")
     b.scatter([ray[r["seed"]]["vs_bound"] for r in tri], [r["vs_bound"] for r in tri], s=10)
     b.plot([0, 1], [0, 1], color="k", lw=0.8)

@@ -3,7 +3,7 @@ of seeds (small enough for CI) every row comes out once under trident and Ray's 
 never OOM-killed under the limit it is told, and nobody beats the work bound."""
 import pytest
 
-from trident.autoscaler.sim.generate import draw, work_bound_s
+from trident.autoscaler.sim.generate import draw, starts, work_bound_s
 from trident.autoscaler.sim.pipeline import simulate
 from trident.autoscaler.sim.ray_rule import RayRule
 from trident.core.errors import ConfigError
@@ -38,6 +38,7 @@ def test_drawn_scenarios_stay_within_their_ranges(seed):
         speeds = [r for _, r in o.peak_rows_per_s]
         assert max(speeds) <= 6 * min(speeds) + 1e-9
     assert 0 < work_bound_s(spec) < float("inf")
+    assert starts(spec)  # one replica of each operator fits at once: the pipeline can finish
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -4,9 +4,9 @@
 operators and actor pools of 0.25, 0.5 or 1 GPU or CPUs only), filters and fan-outs, 1-3
 accelerator types with per-operator speed ratios of 1-6x, 1-16 nodes of 2-32 CPUs and 0-8 GPUs
 (GPU nodes short of CPUs among them), regime changes by dataset position, actors' heaps (a base,
-growing with the batch size on GPU pools) and, at times, a memory limit. :func:`work_bound_s` is the time no policy can beat:
-the work of each regime phase at the best placement the nodes allow (each replica whole on one
-node), every change free and instant. Pure and seeded.
+growing with the batch size on GPU pools) and, at times, a memory limit. :func:`work_bound_s` is
+the time no policy can beat at the user's batch sizes (a larger batch, which trident may try, can
+beat it). Pure and seeded.
 """
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from trident.autoscaler.sim.model import CPU, PipelineSpec, Regime, SimNodes, SimOperator
-from trident.core.cluster import NodeShape, node_groups
+from trident.autoscaler.sim.pipeline import PipelineSim
 from trident.core.errors import ConfigError
-from trident.core.plan.milp import solve_placement
-from trident.core.plan.placement import DeviceOption, NodeType, OperatorSpec, PlacementProblem
+from trident.core.solver import silence_banner
 
 GiB = 2**30
 TYPES = ("A", "B", "C")
+MAX_REDRAWS = 20
 
 
 @dataclass(frozen=True)
@@ -69,9 +69,22 @@ def draw(seed: int, *, work_s: float = 240.0) -> Drawn:
         return PipelineSpec(operators=tuple(drawn), nodes=tuple(nodes), total_rows=total, memory_limit_bytes=limit,
                             noise=0.05, spike_prob=0.02)
 
+    for _ in range(MAX_REDRAWS):  # a cluster that cannot start one replica of each operator is drawn again
+        if starts(spec_of(1000)):
+            break
+        nodes = _nodes(rng, types)
+    else:
+        nodes += [SimNodes(count=1, cpus=32.0, gpus=8.0, gpu_type=t) for t in types]
     rows_per_s = 1000 / max(work_bound_s(spec_of(1000)), 1e-9)
     spec = spec_of(max(1000, int(round(rows_per_s * work_s, -2))))
     return Drawn(seed=seed, spec=spec, memory_limit_bytes=limit)
+
+
+def starts(spec: PipelineSpec) -> bool:
+    """Whether one replica of every operator can start at once, each whole on one node (else
+    the pipeline never finishes, under any policy)."""
+    sim = PipelineSim(spec, policy="static")
+    return all(any(g.ready_at_s is not None for g in st.groups) for st in sim.ops)
 
 
 def _nodes(rng: np.random.Generator, types: tuple[str, ...]) -> list[SimNodes]:
@@ -105,40 +118,54 @@ def _operator(rng: np.random.Generator, name: str, types: tuple[str, ...]) -> Si
 
 
 def work_bound_s(spec: PipelineSpec) -> float:
-    """Seconds no policy can beat: each regime phase's rows at the best throughput any placement of
-    replicas (whole on one node, within each operator's bounds and the memory limit) sustains,
-    plus the shortest cold start of a GPU pool (nothing of it runs before one is up)."""
-    cuts = sorted({0.0, *(r.start for o in spec.operators if o.regime_by == "rows" for r in o.regimes),
-                   float(spec.total_rows)})
-    cuts = [c for c in cuts if c <= spec.total_rows]
-    total = 0.0
-    for lo, hi in zip(cuts, cuts[1:]):
-        if hi <= lo:
-            continue
-        t = _best_throughput(spec, lo)
-        if t <= 0:
-            return math.inf
-        total += (hi - lo) / t
+    """Seconds no policy can beat at the user's batch sizes: the rows over the most throughput a
+    fractional placement sustains with every operator at its fastest regime (any schedule's
+    replicas, averaged over the run, are such a placement: each node's CPUs and GPUs, the memory
+    limit and each operator's maximum hold on average), plus the shortest cold start of an actor
+    pool (nothing of it runs before one is up)."""
+    t = _relaxed_throughput(spec)
+    if t <= 0:
+        return math.inf
     colds = [o.cold_start_s for o in spec.operators if o.kind == "actor"]
-    return total + (min(colds) if colds else 0.0)
+    return spec.total_rows / t + (min(colds) if colds else 0.0)
 
 
-def _best_throughput(spec: PipelineSpec, row: float) -> float:
-    shapes = [NodeShape(node_id=f"{g}-{k}", cpus=n.cpus, gpus=n.gpus, accelerator_type=n.gpu_type if n.gpus else None)
-              for g, n in enumerate(spec.nodes) for k in range(n.count)]
-    nodes = tuple(NodeType(name=g.name, count=g.count, cpus=g.cpus, gpus=g.gpus, gpu_type=g.accelerator_type)
-                  for g in node_groups(shapes))
-    specs = []
-    for o in spec.operators:
-        regime = o.regime(0.0, row)
+def _relaxed_throughput(spec: PipelineSpec) -> float:
+    """Rows/s into the pipeline of the best fractional placement (an LP; HiGHS through pulp)."""
+    import pulp
+
+    silence_banner()
+    groups = list(enumerate(spec.nodes))
+    prob = pulp.LpProblem("work_bound", pulp.LpMaximize)
+    t = pulp.LpVariable("T", lowBound=0)
+    prob += t
+    use: dict[int, list] = {k: [] for k, _ in groups}
+    memory, f = [], 1.0
+    for i, o in enumerate(spec.operators):
+        fastest = max([Regime(start=0.0), *o.regimes], key=lambda r: r.rate_scale)
+        lightest = min([Regime(start=0.0), *o.regimes], key=lambda r: r.memory_scale)
         devices = [d for d, _ in o.peak_rows_per_s] if o.num_gpus > 0 else [CPU]
-        options = tuple(DeviceOption(device=d, rate_rows_per_s=o.rate_rows_per_s(d, o.batch_size, regime),
-                                     cpus=o.num_cpus, gpus=o.num_gpus if d != CPU else 0.0,
-                                     memory_bytes=int(o.heap_bytes(o.batch_size, regime)) if o.kind == "actor" else 0)
-                        for d in devices)
-        specs.append(OperatorSpec(name=o.name, options=options, selectivity=o.selectivity, min_replicas=1,
-                                  max_replicas=o.max_replicas, single_device=o.kind == "actor"))
-    problem = PlacementProblem(operators=tuple(specs), node_types=nodes, memory_limit_bytes=spec.memory_limit_bytes,
-                               bin_packing=sum(n.count for n in nodes) <= 64, time_limit_s=10.0)
-    result = solve_placement(problem)
-    return result.throughput_rows_per_s if result.status != "failed" else 0.0
+        xs = []
+        for k, n in groups:
+            for d in devices:
+                if o.num_gpus > 0 and n.gpu_type != d:
+                    continue
+                x = pulp.LpVariable(f"x{i}_{k}_{d}", lowBound=0)
+                xs.append((x, o.rate_rows_per_s(d, o.batch_size, fastest)))
+                use[k].append((x, o.num_cpus, o.num_gpus))
+                if o.kind == "actor":
+                    memory.append((x, o.heap_bytes(o.batch_size, lightest)))
+        if not xs:
+            return 0.0
+        prob += pulp.lpSum(r * x for x, r in xs) >= f * t
+        if o.max_replicas is not None:
+            prob += pulp.lpSum(x for x, _ in xs) <= o.max_replicas
+        f *= o.selectivity
+    for k, n in groups:
+        prob += pulp.lpSum(c * x for x, c, _ in use[k]) <= n.count * n.cpus
+        if any(g > 0 for _, _, g in use[k]):
+            prob += pulp.lpSum(g * x for x, _, g in use[k]) <= n.count * n.gpus
+    if spec.memory_limit_bytes is not None and memory:
+        prob += pulp.lpSum(h / GiB * x for x, h in memory) <= spec.memory_limit_bytes / GiB
+    prob.solve(pulp.HiGHS(msg=False) if pulp.HiGHS().available() else pulp.PULP_CBC_CMD(msg=False))
+    return float(t.value() or 0.0) if pulp.LpStatus[prob.status] == "Optimal" else 0.0

@@ -70,7 +70,6 @@ class PredictionCheck:
     window_s: float = 5.0
     seq: int = 0
     predicted: dict[str, float] = field(default_factory=dict)
-    issued_s: float = 0.0
     cold_start_s: float = 0.0
     due_s: float | None = None
     reached_s: float | None = None
@@ -92,7 +91,7 @@ class PredictionCheck:
     def expect(self, seq: int, predicted: dict[str, float], now: float, *, cold_start_s: float) -> None:
         """A plan was issued at ``now``: once its rollout is over it should be in place within
         ``cold_start_s`` plus two snapshot intervals, and put out ``predicted`` rows/s."""
-        self.seq, self.predicted, self.issued_s, self.cold_start_s = seq, dict(predicted), now, cold_start_s
+        self.seq, self.predicted, self.cold_start_s = seq, dict(predicted), cold_start_s
         self.due_s, self.reached_s, self.start, self.low, self.done = None, None, None, 0, not predicted
         self.before = self._steady_before(now)
 
