@@ -104,19 +104,22 @@ def test_a_gpu_budget_below_the_nodes_gpus_caps_the_plan():
     assert not violations(prob, res.allocation)
 
 
-def test_in_the_simulator_no_plan_asks_for_more_gpu_actors_than_fit():
-    """The issue's cluster in the fluid simulator: a head of 6 CPUs, four GPU nodes of 2 GPUs and
-    3 CPUs, two of each type; two pools of half a GPU and one CPU, up to 8 each, both short of
-    replicas (planned on totals, 8 + 8)."""
+def short_of_cpus_spec() -> PipelineSpec:
+    """A head of 6 CPUs, four GPU nodes of 2 GPUs and 3 CPUs, two of each type; two pools of half
+    a GPU and one CPU, up to 8 each, both short of replicas (planned on totals: 8 + 8)."""
     ops = (SimOperator(name="read", kind="task", peak_rows_per_s=(("cpu", 400.0),), replicas=2, max_replicas=6),
            SimOperator(name="detect", kind="actor", peak_rows_per_s=(("A", 10.0), ("B", 10.0)), replicas=1,
                        max_replicas=8, num_gpus=0.5, cold_start_s=3.0),
            SimOperator(name="embed", kind="actor", peak_rows_per_s=(("A", 10.0), ("B", 10.0)), replicas=1,
                        max_replicas=8, num_gpus=0.5, cold_start_s=3.0))
-    spec = PipelineSpec(operators=ops, nodes=(SimNodes(count=1, cpus=6), SimNodes(count=2, cpus=3, gpus=2, gpu_type="A"),
+    return PipelineSpec(operators=ops, nodes=(SimNodes(count=1, cpus=6), SimNodes(count=2, cpus=3, gpus=2, gpu_type="A"),
                                               SimNodes(count=2, cpus=3, gpus=2, gpu_type="B")),
-                        total_rows=10_000, noise=0.02, spike_prob=0.0)
-    res = simulate(spec, policy="trident", seed=3)
+                        total_rows=12_000, noise=0.02, spike_prob=0.0)
+
+
+def test_in_the_simulator_no_plan_asks_for_more_gpu_actors_than_fit():
+    """The issue's cluster in the fluid simulator (:func:`short_of_cpus_spec`)."""
+    res = simulate(short_of_cpus_spec(), policy="trident", seed=3)
     assert res.finished
     planned = []
     for d in res.decisions:

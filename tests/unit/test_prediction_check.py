@@ -2,16 +2,14 @@
 is compared with what it predicted; a shortfall or a late target is a ``mismatch`` whose cause is
 read from the snapshot, and the next plan uses what was learned."""
 import dataclasses
-import json
-import pathlib
 
+from test_cluster_model import RECORDED, short_of_cpus_spec
 from trident.autoscaler.policies.trident.check import PredictionCheck, diagnose
 from trident.autoscaler.sim import model as sim_model
-from trident.autoscaler.sim.pipeline import PipelineSpec, SimNodes, SimOperator, simulate
+from trident.autoscaler.sim.pipeline import simulate
 from trident.core.cluster import node_shapes
 from trident.core.types import ClusterView, DecisionKind, OperatorConfig, OperatorSnapshot, Snapshot
 
-RECORDED = json.loads((pathlib.Path(__file__).parent / "fixtures" / "ray_nodes_gpu_short_of_cpus.json").read_text())
 NODES = node_shapes(RECORDED)
 POOL = OperatorConfig(kind="actor", replicas=8, max_replicas=8, num_cpus=1, num_gpus=0.5)
 READ = OperatorConfig(kind="task", replicas=4, num_cpus=1)
@@ -83,15 +81,7 @@ def test_a_planner_blind_to_the_nodes_learns_from_the_mismatch_and_plans_what_fi
     original = sim_model.PipelineSpec.cluster_view
     monkeypatch.setattr(sim_model.PipelineSpec, "cluster_view", lambda self: dataclasses.replace(
         original(self), nodes=()))
-    ops = (SimOperator(name="read", kind="task", peak_rows_per_s=(("cpu", 400.0),), replicas=2, max_replicas=6),
-           SimOperator(name="detect", kind="actor", peak_rows_per_s=(("A", 10.0), ("B", 10.0)), replicas=1,
-                       max_replicas=8, num_gpus=0.5, cold_start_s=3.0),
-           SimOperator(name="embed", kind="actor", peak_rows_per_s=(("A", 10.0), ("B", 10.0)), replicas=1,
-                       max_replicas=8, num_gpus=0.5, cold_start_s=3.0))
-    spec = PipelineSpec(operators=ops, nodes=(SimNodes(count=1, cpus=6), SimNodes(count=2, cpus=3, gpus=2, gpu_type="A"),
-                                              SimNodes(count=2, cpus=3, gpus=2, gpu_type="B")),
-                        total_rows=12_000, noise=0.02, spike_prob=0.0)
-    res = simulate(spec, policy="trident", seed=3)
+    res = simulate(short_of_cpus_spec(), policy="trident", seed=3)
     assert res.finished
     story = [f"{d.time_s} {d.kind}: {d.reason[:200]}" for d in res.decisions if d.kind not in ("observe", "dwell")]
     named = [d for d in res.decisions if d.kind == DecisionKind.MISMATCH and "pending" in d.reason]
