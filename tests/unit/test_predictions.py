@@ -8,6 +8,7 @@ from test_report import record, snap
 from trident.core.types import Decision, OperatorTarget, Plan
 from trident.report.predictions import plan_checks, prediction_error
 from trident.report.record import summarize
+from trident.report.timeline import format_report
 
 OP = "MapBatches(Embed)"
 
@@ -29,6 +30,7 @@ def test_a_plan_is_measured_from_its_target_reached_to_the_end():
     assert dict(check.measured_rows_per_s)[OP] == pytest.approx(30.0)
     assert check.error == pytest.approx(1.0)
     assert summarize(rec)["prediction_error"] == pytest.approx(1.0)
+    assert "predicted 60 rows/s, measured 30 over 5.1-20.5 s (100% off)" in format_report(rec)
 
 
 def test_a_right_prediction_has_no_error_and_an_unreached_target_is_not_measured():

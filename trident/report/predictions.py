@@ -30,13 +30,16 @@ class PlanCheck:
     measured_rows_per_s: tuple[tuple[str, float], ...]
 
     @property
-    def error(self) -> float | None:
+    def output(self) -> tuple[str, float, float] | None:
+        """(operator, predicted, measured rows/s) of the last operator both name."""
         measured = dict(self.measured_rows_per_s)
         last = [(n, p) for n, p in self.predicted_rows_per_s if n in measured]
-        if not last or measured[last[-1][0]] <= 0:
-            return None
-        name, predicted = last[-1]
-        return abs(predicted / measured[name] - 1.0)
+        return (last[-1][0], last[-1][1], measured[last[-1][0]]) if last else None
+
+    @property
+    def error(self) -> float | None:
+        out = self.output
+        return abs(out[1] / out[2] - 1.0) if out is not None and out[2] > 0 else None
 
 
 def plan_checks(execution: Any, *, min_window_s: float = MIN_WINDOW_S) -> list[PlanCheck]:

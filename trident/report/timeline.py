@@ -1,6 +1,7 @@
 """A run record as text for a terminal: summary, per-operator timeline, every decision with its reason."""
 from __future__ import annotations
 
+from trident.report.predictions import plan_checks
 from trident.report.record import ExecutionRecord, RunRecord, peak_heap_rss_per_replica, summarize
 
 
@@ -63,6 +64,16 @@ def format_execution(e: ExecutionRecord, *, max_timeline_rows: int = 30, name_wi
     for d in shown:
         tag = f"plan #{d.plan.seq}" if d.plan is not None else "keep"
         lines.append(f"    t={d.time_s:7.1f}s {tag}: {d.reason}")
+    checks = plan_checks(e)
+    if checks:
+        lines.append("  predictions (each plan measured from its targets reached to the next plan):")
+        for c in checks:
+            if c.output is None:
+                continue
+            name, predicted, measured = c.output
+            lines.append(f"    t={c.time_s:7.1f}s {_short(name, name_width)}: predicted {predicted:.3g} rows/s, "
+                         f"measured {measured:.3g} over {c.reached_s:.1f}-{c.until_s:.1f} s"
+                         + (f" ({c.error:.0%} off)" if c.error is not None else ""))
     if e.actions:
         lines.append(f"  actions: {len(e.actions)}")
         for a in e.actions:
