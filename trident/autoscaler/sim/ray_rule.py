@@ -27,13 +27,11 @@ class RayRule:
         targets, why = [], []
         for o in snapshot.operators:
             c = o.config
-            if o.completed:
-                continue
-            if c.kind != "actor":
+            if o.completed or c.kind != "actor":
                 continue
             size, reason = ray_rule(pool_view(o), self.settings)
             size = max(c.min_replicas, size if c.max_replicas is None else min(size, c.max_replicas))
-            if size is not None and size != (c.replicas or 0) and self.sent.get(o.name) != size:
+            if size != (c.replicas or 0) and self.sent.get(o.name) != size:
                 self.sent[o.name] = size
                 targets.append(OperatorTarget(name=o.name, replicas=size))
                 why.append(f"{o.name} {c.replicas} -> {size}: {reason}")

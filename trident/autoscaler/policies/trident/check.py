@@ -131,7 +131,8 @@ class PredictionCheck:
                 self.start = (now, {n: snap.operator(n).rows_out_total for n in names})
             elif now > self.due_s + 2 * interval_s:
                 self.done = True
-                return Mismatch(self.seq, self._last(names), None, diagnose(snap, self.predicted, {}), late=True)
+                return Mismatch(self.seq, self.predicted[names[-1]], None,
+                                diagnose(snap, self.predicted, {}, shortfall=self.shortfall), late=True)
             return None
         t0, rows0 = self.start
         if now - t0 < self.window_s:
@@ -147,16 +148,14 @@ class PredictionCheck:
             return None
         self.done = True
         return Mismatch(self.seq, self.predicted[last], measured[last],
-                        diagnose(snap, self.predicted, measured, before=self.before))
-
-    def _last(self, names: list[str]) -> float:
-        return self.predicted[names[-1]]
+                        diagnose(snap, self.predicted, measured, shortfall=self.shortfall, before=self.before))
 
 
-def diagnose(snap: Snapshot, predicted: dict[str, float], measured: dict[str, float], *,
+def diagnose(snap: Snapshot, predicted: dict[str, float], measured: dict[str, float], *, shortfall: float = 0.2,
              before: dict[str, tuple[int, float]] | None = None) -> tuple[Cause, ...]:
-    """What the snapshot says held the pipeline below ``predicted`` (rows out/s per operator);
-    ``before``: (replicas, rows out/s) of the pools that ran steady and backlogged before the plan."""
+    """What the snapshot says held the pipeline below ``predicted`` (rows out/s per operator; one
+    more than ``shortfall`` below it is short); ``before``: (replicas, rows out/s) of the pools
+    that ran steady and backlogged before the plan."""
     causes = [_pending(snap, o) for o in snap.operators if o.actors_pending > 0 and o.config.kind == "actor"]
     store = snap.cluster.object_store_bytes
     used = sum(o.object_store_bytes for o in snap.operators)
@@ -167,7 +166,7 @@ def diagnose(snap: Snapshot, predicted: dict[str, float], measured: dict[str, fl
         if o.name not in predicted or o.completed:
             continue
         got = measured.get(o.name)
-        short = got is not None and got < 0.8 * predicted[o.name]
+        short = got is not None and got < (1 - shortfall) * predicted[o.name]
         if o.backpressured and short:
             causes.append(Cause(o.name, "backpressured", f"{o.name} backpressured by the operators after it"))
         elif short and o.starved:
