@@ -133,9 +133,10 @@ def test_gpu_nodes_short_of_cpus_get_a_plan_that_fits_and_the_fast_pool_ends_on_
     story = [f"{d.time_s:.1f} {d.kind}: {d.reason[:160]}" for d in execution.decisions
              if d.kind not in ("observe", "dwell") and not d.reason.startswith("rollout: waiting")]
     sizes, planned = {}, []
-    for d in execution.decisions:
-        if d.kind == "plan":  # the planner's plans (the rule Ray runs by is checked by its room)
+    for d in execution.decisions:  # the pools' sizes as each plan leaves them (the inner loop moves them too)
+        if d.plan is not None:
             sizes.update({t.name: t.replicas for t in d.plan.targets if t.name in (fast, uniform) and t.replicas})
+        if d.kind == "plan":  # the planner's plans (the rule Ray runs by is checked by its room)
             planned.append((d.time_s, dict(sizes)))
     assert planned, story
     for _, s in planned:

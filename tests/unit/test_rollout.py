@@ -141,3 +141,25 @@ def test_a_move_whose_old_actors_hold_no_wanted_room_keeps_them_serving():
     # where detect still needs B's room (it has no actor there), embed's old actors are in its way
     inputs = replace(inputs, actors_by_type={"detect": {"A": 4}, "embed": {"B": 2}})
     assert all(s.target.swap for s in plan_rollout(current, targets, inputs).steps)
+
+
+def test_a_move_counts_the_cpus_of_its_type_s_nodes_not_the_head_s():
+    """Two GPU nodes of 2 CPUs and 2 GPUs (types A and B) and a head of 2 CPUs and no GPU. Each
+    pool holds two actors of 1 CPU and half a GPU, one on each type; fast moves to B, uniform to A.
+    Each type has a GPU free but no CPU: new actors beside the old ones cannot start (the head's
+    two free CPUs host no GPU actor), and each pool's old actors hold the CPUs the other's new ones
+    need, so both swap. With CPUs free on the GPU nodes both surge."""
+    current = {"fast": OperatorConfig(kind="actor", replicas=2, num_cpus=1.0, num_gpus=0.5, batch_size=20),
+               "uniform": OperatorConfig(kind="actor", replicas=2, num_cpus=1.0, num_gpus=0.5, batch_size=20)}
+    targets = (OperatorTarget(name="fast", replicas=2, accelerator_type="B"),
+               OperatorTarget(name="uniform", replicas=2, accelerator_type="A"))
+    inputs = _inputs(utilisation={"fast": 1.0, "uniform": 0.5}, cold_start_s={"fast": 5.0, "uniform": 5.0},
+                     free_cpus=2.0, free_gpus=2.0, free_gpus_by_type={"A": 1.0, "B": 1.0},
+                     free_cpus_by_type={"A": 0.0, "B": 0.0},
+                     actors_by_type={"fast": {"A": 1, "B": 1}, "uniform": {"A": 1, "B": 1}})
+    assert all(s.target.swap for s in plan_rollout(current, targets, inputs).steps)
+    roomy = replace(inputs, free_cpus=6.0, free_cpus_by_type={"A": 2.0, "B": 2.0})
+    assert not any(s.target.swap for s in plan_rollout(current, targets, roomy).steps)
+    # where the nodes' CPUs are not known, only the totals count: the head's CPUs seem to fit fast's
+    blind = {s.operator: s.target.swap for s in plan_rollout(current, targets, replace(inputs, free_cpus_by_type=None)).steps}
+    assert blind["fast"] is False

@@ -76,6 +76,9 @@ class RolloutInputs:
     free_cpus: float | None = None
     free_gpus: float | None = None
     free_gpus_by_type: dict[str, float] | None = None
+    free_cpus_by_type: dict[str, float] | None = None
+    """CPUs left on the nodes of each accelerator type by the GPU pools' actors there: a GPU
+    actor's CPUs come from its own node, so the head's free CPUs start no GPU actor."""
     free_memory_bytes: float | None = None
     """Memory left under the limit by the current replicas (bytes); ``None``: no limit."""
     memory_per_replica_bytes: dict[str, float] | None = None
@@ -220,9 +223,10 @@ def _type_move(s: RolloutStep, cfg: OperatorConfig) -> bool:
 
 def _holds_wanted_room(s: RolloutStep, ups: list[RolloutStep], current: dict[str, OperatorConfig],
                        inputs: RolloutInputs, free: dict) -> bool:
-    """Whether the old actors of ``s``'s pool may hold GPUs that another step's new actors need:
-    they are on a type another step adds actors to, beyond that pool's actors already there and
-    the type's free GPUs. Without ``actors_by_type`` for the pool, assumed so."""
+    """Whether the old actors of ``s``'s pool may hold GPUs or CPUs that another step's new actors
+    need: they are on a type another step adds actors to, beyond that pool's actors already there
+    and the type's free GPUs (and CPUs, where known). Without ``actors_by_type`` for the pool,
+    assumed so."""
     by_type = inputs.actors_by_type or {}
     mine = by_type.get(s.operator)
     if mine is None:
@@ -234,11 +238,31 @@ def _holds_wanted_room(s: RolloutStep, ups: list[RolloutStep], current: dict[str
             continue
         if t not in free:
             return True
-        there = by_type.get(o.operator, {}).get(t, 0)
+        added = max(0, o.replicas_to - by_type.get(o.operator, {}).get(t, 0))
         gpus_each = cfg.num_gpus if o.target.num_gpus is None else o.target.num_gpus
-        if max(0, o.replicas_to - there) * gpus_each > free[t] + 1e-9:
+        if added * gpus_each > free[t] + 1e-9 or added * cfg.num_cpus > free.get(("cpu", t), math.inf) + 1e-9:
             return True
     return False
+
+
+def _node_cpus(free: dict, accel: str | None) -> float:
+    """CPUs free where a GPU actor of type ``accel`` can start (any type's nodes for ``None``;
+    unbounded where the nodes' CPUs are not known)."""
+    typed = {k[1]: v for k, v in free.items() if isinstance(k, tuple)}
+    if not typed:
+        return math.inf
+    return typed.get(accel, math.inf) if accel is not None else sum(max(v, 0.0) for v in typed.values())
+
+
+def _take_node_cpus(free: dict, accel: str | None, cpus: float) -> None:
+    """Take ``cpus`` from the typed nodes' free CPUs: from ``accel``'s, or the roomiest first."""
+    keys = [k for k in free if isinstance(k, tuple) and (accel is None or k[1] == accel)]
+    for k in sorted(keys, key=lambda k: -free[k]):
+        take = cpus if accel is not None else min(cpus, max(free[k], 0.0))
+        free[k] -= take
+        cpus -= take
+        if cpus <= 1e-9:
+            return
 
 
 def _order(steps: list[RolloutStep], current: dict[str, OperatorConfig], inputs: RolloutInputs) -> list[RolloutStep]:
@@ -254,6 +278,7 @@ def _order(steps: list[RolloutStep], current: dict[str, OperatorConfig], inputs:
             "memory": math.inf if inputs.free_memory_bytes is None else inputs.free_memory_bytes}
     memory_each = inputs.memory_per_replica_bytes or {}
     free.update(inputs.free_gpus_by_type or {})
+    free.update({("cpu", t): c for t, c in (inputs.free_cpus_by_type or {}).items()})
     ordered = []
     for s in ups:
         cfg = current[s.operator]
@@ -263,10 +288,14 @@ def _order(steps: list[RolloutStep], current: dict[str, OperatorConfig], inputs:
         pool = accel if accel in free else None
         need_cpu, need_gpu = added * cfg.num_cpus, added * gpus_each
         need_mem = added * memory_each.get(s.operator, 0.0)
-        if need_cpu <= free["cpu"] + 1e-9 and need_gpu <= free[pool] + 1e-9 and need_mem <= free["memory"]:
+        node_cpu = _node_cpus(free, accel) if gpus_each > 0 else math.inf
+        if (need_cpu <= min(free["cpu"], node_cpu) + 1e-9 and need_gpu <= free[pool] + 1e-9
+                and need_mem <= free["memory"]):
             free["cpu"] -= need_cpu
             free[pool] -= need_gpu
             free["memory"] -= need_mem
+            if gpus_each > 0:
+                _take_node_cpus(free, accel, need_cpu)
             ordered.append(s)
         elif s.action == "update" and _type_move(s, cfg) and not _holds_wanted_room(s, ups, current, inputs, free):
             # the pool's old actors hold no room another step waits for: a swap would only idle them.

@@ -244,6 +244,7 @@ class TridentPolicy(RolloutSteps, BatchTuning):
                           free_cpus=capped.cluster.cpus - sum(c for c, _ in used),
                           free_gpus=capped.cluster.gpus - sum(g for _, g in used),
                           free_gpus_by_type=problem.free_gpus_by_type(snap, ops),
+                          free_cpus_by_type=problem.free_cpus_by_type(snap, ops),
                           actors_by_type={o.name: {u.accelerator_type: u.actors for u in o.by_type}
                                           for o in ops if o.by_type},
                           **problem.memory_room(prob, result.allocation)))
