@@ -5,10 +5,18 @@ from types import SimpleNamespace
 
 import pytest
 from ray.data._internal.actor_autoscaler import BacklogAwareActorAutoscaler
+from ray.data._internal.execution.operators.actor_pool_map_operator import _ActorPool
 from ray.data.context import AutoscalingConfig
 
 from trident.autoscaler.actuation import RolloutStep
-from trident.autoscaler.policies.trident.inner import PoolView, even_share, inner_targets, ray_rule, room_of
+from trident.autoscaler.policies.trident.inner import (
+    Growth,
+    PoolView,
+    even_share,
+    inner_targets,
+    ray_rule,
+    room_of,
+)
 from trident.autoscaler.policies.trident.phases import obstacle
 from trident.autoscaler.policies.trident.records import Bounds
 from trident.autoscaler.policies.trident.settings import TridentSettings
@@ -79,6 +87,27 @@ def test_the_inner_rule_moves_as_ray_does_and_grows_at_least_as_far(size, pendin
         assert ours == -1  # one at a time, as Ray
 
 
+def test_a_pool_is_not_shrunk_within_ray_s_debounce_after_it_grew():
+    """Ray holds a pool's scale-down for 10 s after it grew: the inner loop and the simulator's Ray
+    rule do too, whoever grew it (Ray's rule or a plan), and shrink it by one after."""
+    ray_debounce_s = _ActorPool._ACTOR_POOL_SCALE_DOWN_DEBOUNCE_PERIOD_S
+    assert S.downscale_debounce_s == ray_debounce_s
+    idle = dict(name="p", size=2, pending=0, in_flight=1, queued=0)
+    assert ray_rule(PoolView(**idle, since_grew_s=ray_debounce_s - 1), S)[0] == 2
+    assert ray_rule(PoolView(**idle, since_grew_s=ray_debounce_s + 1), S)[0] == 1
+    growth = Growth()
+    pool = lambda n, t: _snap(_actor("p", 0, replicas=n, in_flight=1, queued=0), time_s=t)  # noqa: E731
+    for n, t in ((1, 0.0), (2, 3.0), (2, 8.0)):
+        growth.see(pool(n, t))
+    assert growth.since(pool(2, 8.0)) == {"p": 5.0}
+    targets, _, _ = inner_targets(pool(2, 8.0), {}, {}, memory_limit_bytes=None, settings=S,
+                                  since_grew=growth.since(pool(2, 8.0)))
+    assert targets == []
+    targets, _, _ = inner_targets(pool(2, 14.0), {}, {}, memory_limit_bytes=None, settings=S,
+                                  since_grew=growth.since(pool(2, 14.0)))
+    assert [t.replicas for t in targets] == [1]
+
+
 def _actor(name, index, *, replicas, in_flight, queued, gpus=0.5, cpus=1.0, lo=1, hi=8, heap=None, accel=None,
            rest=None):
     return OperatorSnapshot(
@@ -94,8 +123,8 @@ def _task(name, index, *, running, cpus=1.0):
                             config=OperatorConfig(kind="task", replicas=None, num_cpus=cpus))
 
 
-def _snap(*ops, cpus=16.0, gpus=4.0):
-    return Snapshot(execution_id="e", seq=1, time_s=1.0, operators=ops, cluster=ClusterView(cpus=cpus, gpus=gpus))
+def _snap(*ops, cpus=16.0, gpus=4.0, time_s=1.0):
+    return Snapshot(execution_id="e", seq=1, time_s=time_s, operators=ops, cluster=ClusterView(cpus=cpus, gpus=gpus))
 
 
 def test_when_pools_want_more_than_is_free_the_most_utilised_is_served_first():

@@ -163,3 +163,16 @@ def test_a_move_counts_the_cpus_of_its_type_s_nodes_not_the_head_s():
     # where the nodes' CPUs are not known, only the totals count: the head's CPUs seem to fit fast's
     blind = {s.operator: s.target.swap for s in plan_rollout(current, targets, replace(inputs, free_cpus_by_type=None)).steps}
     assert blind["fast"] is False
+
+
+def test_a_change_must_save_its_margin_times_what_it_costs():
+    """The gain is a prediction and the cold start is paid: with a margin of 2 a change that
+    saves 1.5 times its cost is not made, one that saves 3 times is."""
+    targets = (OperatorTarget(name="embed", replicas=6),)
+    # 100 -> 150 rows/s while old replicas serve: the cost is a third of embed's 10 s cold start
+    rows = {"fair": 3.33 * 1.5 * 300, "ample": 3.33 * 3 * 300}  # rows left: 1/100 - 1/150 = 1/300 s per row
+    for name, margin, go in (("fair", 1.0, True), ("fair", 2.0, False), ("ample", 2.0, True)):
+        r = plan_rollout(CURRENT, targets, _inputs(remaining_rows=rows[name], pay_margin=margin,
+                                                   free_gpus=8.0, free_cpus=8.0))
+        assert r.go is go, (name, margin, r.reason)
+    assert "2 x" in r.reason

@@ -83,6 +83,8 @@ class RolloutInputs:
     """Memory left under the limit by the current replicas (bytes); ``None``: no limit."""
     memory_per_replica_bytes: dict[str, float] | None = None
     """Memory a new replica of each operator takes (bytes), for ``free_memory_bytes``."""
+    pay_margin: float = 1.0
+    """How many times its cost a change must save (the gain is a prediction; the cost is paid)."""
     actors_by_type: dict[str, dict[str, int]] | None = None
     """Running actors of each pool per accelerator type, for a move of one pool to another type:
     it swaps only when its old actors hold GPUs another step's new actors need."""
@@ -179,12 +181,12 @@ def plan_rollout(current: dict[str, OperatorConfig], targets: tuple[OperatorTarg
         cost, what = cold * (1 - ratio), f"{cold * (1 - ratio):.1f} s it costs ({cold:.1f} s cold start of the gain)"
     if not starting:
         go, why = saved >= 0, f"drain only ({gain}); no cold start to pay"
-    elif saved > cost:
+    elif saved > cost * inputs.pay_margin:
         left = "an unbounded stream" if inputs.remaining_rows is None else f"{inputs.remaining_rows:.0f} rows left"
-        go, why = True, f"{gain} saves {_fmt_s(saved)} on {left}, more than {what}"
+        go, why = True, f"{gain} saves {_fmt_s(saved)} on {left}, more than {_times(inputs.pay_margin)}{what}"
     else:
         go, why = False, (f"{gain} would save {_fmt_s(saved)} on {inputs.remaining_rows or 0:.0f} rows left, "
-                          f"not more than {what}")
+                          f"not more than {_times(inputs.pay_margin)}{what}")
     return Rollout(steps=tuple(steps), go=go, reason=why, time_saved_s=saved, cold_start_s=cold)
 
 
@@ -197,6 +199,10 @@ def _dips(steps: list[RolloutStep], inputs: RolloutInputs) -> bool:
             if util is None or s.replicas_to <= 0 or util * s.replicas_from / s.replicas_to > 1.0:
                 return True
     return False
+
+
+def _times(k: float) -> str:
+    return "" if k == 1.0 else f"{k:g} x "
 
 
 def _fmt_s(s: float) -> str:

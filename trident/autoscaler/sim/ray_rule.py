@@ -1,12 +1,14 @@
 """Ray Data's own autoscaling rule, played on the fluid simulator (where the ``ray`` policy only
 observes): every step each actor pool moves as Ray 2.60's ``BacklogAwareActorAutoscaler`` would
 move it (:func:`~trident.autoscaler.policies.trident.inner.ray_rule`: up one at utilisation >= 1.75
-or a backlog, down one at <= 0.5, never while actors are pending), within the user's bounds; task
+or a backlog, down one at <= 0.5, never while actors are pending nor within 10 s of growing), within the user's bounds; task
 operators keep the concurrency the user gave them.
 The baseline of the generated-scenario benchmark. Pure: no Ray."""
 from __future__ import annotations
 
-from trident.autoscaler.policies.trident.inner import pool_view, ray_rule
+import math
+
+from trident.autoscaler.policies.trident.inner import Growth, pool_view, ray_rule
 from trident.autoscaler.policies.trident.settings import TridentSettings
 from trident.core.policy import PolicyContext
 from trident.core.types import Decision, DecisionKind, OperatorTarget, Plan, Snapshot
@@ -22,14 +24,17 @@ class RayRule:
         self.settings = TridentSettings()
         self.seq = 0
         self.sent: dict[str, int] = {}
+        self.growth = Growth()
 
     def step(self, snapshot: Snapshot, now: float) -> Decision:
         targets, why = [], []
+        self.growth.see(snapshot)
+        since = self.growth.since(snapshot)
         for o in snapshot.operators:
             c = o.config
             if o.completed or c.kind != "actor":
                 continue
-            size, reason = ray_rule(pool_view(o), self.settings)
+            size, reason = ray_rule(pool_view(o, since_grew_s=since.get(o.name, math.inf)), self.settings)
             size = max(c.min_replicas, size if c.max_replicas is None else min(size, c.max_replicas))
             if size != (c.replicas or 0) and self.sent.get(o.name) != size:
                 self.sent[o.name] = size

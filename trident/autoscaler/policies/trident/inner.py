@@ -5,7 +5,8 @@ tasks in flight over (actor slots x actors, pending ones included); at or above
 ``upscale_util`` the pool jumps to what its backlog needs (in-flight plus queued tasks at
 ``upscale_util`` per slot), in one cold start (capping the jump at doubling left the video
 benchmark's OCR pool two cold starts behind Ray's); at or below ``downscale_util`` (no actor
-pending) it shrinks by one; a pool that has taken all its input (``estimates.input_taken``) does
+pending, and not within ``downscale_debounce_s`` of its last growth, as Ray holds a pool's scale-down
+for 10 s after it grew) it shrinks by one; a pool that has taken all its input (``estimates.input_taken``) does
 not grow. Every pool moves only within the bounds the planner set
 (``lo..hi``), within the memory limit (heap per replica as measured), and within the CPUs
 and GPUs left free: when the pools together want more than is free, replicas go one at a time
@@ -19,7 +20,7 @@ on 2 until the plan at 17 s moved four actors). Pure: no Ray, no clock.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from trident.autoscaler.policies.trident import estimates
 from trident.autoscaler.policies.trident.records import Bounds
@@ -44,6 +45,8 @@ class PoolView:
     """Tasks one actor runs at once (Ray's ``max_concurrency``)."""
     wanted: int = 0
     """A size asked for at an earlier step that the room held back (0: none)."""
+    since_grew_s: float = math.inf
+    """Seconds since the pool last grew."""
 
     @property
     def util(self) -> float:
@@ -67,8 +70,29 @@ def ray_rule(pool: PoolView, settings: TridentSettings) -> tuple[int, str]:
         want = max(pool.size + 1, backlog)
         return want, f"utilisation {u:.2f} >= {settings.upscale_util:g} ({pool.in_flight} in flight, {pool.queued} queued)"
     if u <= settings.downscale_util and pool.pending == 0 and pool.queued == 0:
+        if pool.since_grew_s <= settings.downscale_debounce_s:
+            return pool.size, f"utilisation {u:.2f}, grown {pool.since_grew_s:.0f} s ago"
         return pool.size - 1, f"utilisation {u:.2f} <= {settings.downscale_util:g}"
     return pool.size, f"utilisation {u:.2f}"
+
+
+@dataclass
+class Growth:
+    """When each actor pool last grew (seconds, the snapshot clock), read from its size."""
+
+    sizes: dict[str, int] = field(default_factory=dict)
+    grew_at: dict[str, float] = field(default_factory=dict)
+
+    def see(self, snap: Snapshot) -> None:
+        for o in snap.operators:
+            if o.config.kind == "actor" and o.config.replicas is not None:
+                if o.config.replicas > self.sizes.get(o.name, o.config.replicas):
+                    self.grew_at[o.name] = snap.time_s
+                self.sizes[o.name] = o.config.replicas
+
+    def since(self, snap: Snapshot) -> dict[str, float]:
+        """Seconds since each pool that has grown last grew."""
+        return {name: snap.time_s - t for name, t in self.grew_at.items()}
 
 
 @dataclass(frozen=True)
@@ -168,22 +192,24 @@ def even_share(o: OperatorSnapshot, cluster: ClusterView, pools: list[OperatorSn
     return max(1, int(share + 1e-9)) if share != math.inf else 1 << 30
 
 
-def pool_view(o: OperatorSnapshot, wanted: int = 0) -> PoolView:
+def pool_view(o: OperatorSnapshot, wanted: int = 0, since_grew_s: float = math.inf) -> PoolView:
     return PoolView(name=o.name, size=o.config.replicas or 0, pending=o.actors_pending, in_flight=o.tasks_in_flight,
                     queued=o.input_queue_blocks, slots=max(1, o.config.max_concurrency), received=o.rows_in_total,
-                    wanted=wanted)
+                    wanted=wanted, since_grew_s=since_grew_s)
 
 
 def inner_targets(snap: Snapshot, bounds: dict[str, Bounds], heap_bytes: dict[str, float], *,
                   memory_limit_bytes: int | None, settings: TridentSettings,
                   skip: frozenset[str] = frozenset(), wanted: dict[str, int] | None = None,
+                  since_grew: dict[str, float] | None = None,
                   ) -> tuple[list[OperatorTarget], list[str], dict[str, int]]:
     """Pool sizes Ray's rule asks for, within bounds, memory and free resources; (targets,
     reasons, held back: the size each pool asked for that the room held back).
 
     ``heap_bytes``: heap per replica to plan with (0 when unknown: with a memory limit a pool
     whose heap was never measured does not grow). ``skip``: pools a rollout is moving.
-    ``wanted``: the previous step's held-back sizes (asked for again while input is queued)."""
+    ``wanted``: the previous step's held-back sizes (asked for again while input is queued).
+    ``since_grew``: seconds since each pool last grew (:class:`Growth`)."""
     pools = [o for o in snap.operators if o.config.kind == "actor" and not o.completed and o.name not in skip
              and o.config.replicas is not None]
     holding = {o.name: max(o.config.replicas or 0, bounds[o.name].lo if o.name in bounds else 0)
@@ -192,7 +218,8 @@ def inner_targets(snap: Snapshot, bounds: dict[str, Bounds], heap_bytes: dict[st
     wants: dict[str, tuple[int, str]] = {}
     for o in pools:
         b = bounds.get(o.name, Bounds(o.config.min_replicas, o.config.max_replicas, "the user's bounds"))
-        size, why = ray_rule(pool_view(o, (wanted or {}).get(o.name, 0)), settings)
+        size, why = ray_rule(pool_view(o, (wanted or {}).get(o.name, 0), (since_grew or {}).get(o.name, math.inf)),
+                             settings)
         hi = b.hi if b.hi is not None else math.inf
         if o.config.max_replicas is not None:
             hi = min(hi, o.config.max_replicas)

@@ -2,8 +2,7 @@
 
 Each step:
 
-1. **Observe** every operator (:mod:`.tracking`): rates from busy time, heap, cold starts,
-   regime changes; refit models when due.
+1. **Observe** every operator (:mod:`.tracking`): rates, heap, cold starts, regime changes.
 2. **Roll out**: while a plan's phase is settling, wait; a pool that stands still short of its
    target is stuck, and the plan is redone around the obstacle it names (:mod:`.phases`).
 3. **Plan** when due and not dwelling: the MILP chooses replicas and devices from the
@@ -29,6 +28,7 @@ from trident.core.plan.milp import solve_placement
 from trident.autoscaler.actuation import RolloutInputs, plan_rollout
 from trident.autoscaler.policies.trident import estimates, explore, problem
 from trident.autoscaler.policies.trident.check import Mismatch, PredictionCheck
+from trident.autoscaler.policies.trident.inner import Growth
 from trident.autoscaler.policies.trident.learned import Learned
 from trident.autoscaler.policies.trident.phases import Phases
 from trident.autoscaler.policies.trident.records import Assumed, Bounds, key_of
@@ -87,6 +87,7 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         self.learned = Learned()
         """What mismatches taught: placement caps and saturated pools (:mod:`.learned`)."""
         self.last_step_s: float | None = None
+        self.growth = Growth()  # when each pool last grew (the inner loop's scale-down waits after)
 
     @property
     def tracks(self):
@@ -107,6 +108,7 @@ class TridentPolicy(RolloutSteps, BatchTuning):
 
     def _step(self, snap: Snapshot, now: float) -> Decision:
         notes = self._observe(snap)
+        self.growth.see(snap)
         interval_s, self.last_step_s = (now - self.last_step_s if self.last_step_s is not None else 0.0), now
         if self.changed_ops:
             self.check.drop()  # the data changed: the plan's premise with it
@@ -244,7 +246,7 @@ class TridentPolicy(RolloutSteps, BatchTuning):
                           free_cpus=capped.cluster.cpus - sum(c for c, _ in used),
                           free_gpus=capped.cluster.gpus - sum(g for _, g in used),
                           free_gpus_by_type=problem.free_gpus_by_type(snap, ops),
-                          free_cpus_by_type=problem.free_cpus_by_type(snap, ops),
+                          free_cpus_by_type=problem.free_cpus_by_type(snap, ops), pay_margin=self.settings.pay_margin,
                           actors_by_type={o.name: {u.accelerator_type: u.actors for u in o.by_type}
                                           for o in ops if o.by_type},
                           **problem.memory_room(prob, result.allocation)))

@@ -95,7 +95,7 @@ class RolloutSteps:
         targets, reasons, self.held_back = inner_targets(
             self.learned.within(snap), {**self.bounds, **self._first_batch_holds(snap)}, self._heaps(snap),
             memory_limit_bytes=self.context.memory_limit_bytes, settings=self.settings, skip=self.phases.operators(),
-            wanted=self.held_back)
+            wanted=self.held_back, since_grew=self.growth.since(snap))
         fresh = [(t, r) for t, r in zip(targets, reasons) if self.inner_sent.get(t.name) != t.replicas]
         if not fresh:
             return None
