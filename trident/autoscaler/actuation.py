@@ -202,6 +202,7 @@ def _dips(steps: list[RolloutStep], inputs: RolloutInputs) -> bool:
 
 
 def _times(k: float) -> str:
+    """``"2 x "`` for a margin of 2 (nothing for 1), for the gate's reason."""
     return "" if k == 1.0 else f"{k:g} x "
 
 

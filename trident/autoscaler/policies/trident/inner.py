@@ -84,6 +84,7 @@ class Growth:
     grew_at: dict[str, float] = field(default_factory=dict)
 
     def see(self, snap: Snapshot) -> None:
+        """Note the pools that are larger than at the last snapshot."""
         for o in snap.operators:
             if o.config.kind == "actor" and o.config.replicas is not None:
                 if o.config.replicas > self.sizes.get(o.name, o.config.replicas):
