@@ -132,6 +132,8 @@ def test_gpu_nodes_short_of_cpus_get_a_plan_that_fits_and_the_fast_pool_ends_on_
     assert execution.snapshots[-1].cluster.nodes, "the snapshot carries the live nodes"
     story = [f"{d.time_s:.1f} {d.kind}: {d.reason[:160]}" for d in execution.decisions
              if d.kind not in ("observe", "dwell") and not d.reason.startswith("rollout: waiting")]
+    print("\n".join(f"{d.time_s:.1f} {d.kind}: {d.reason}" for d in execution.decisions  # shown on a failure
+                     if d.kind not in ("observe", "dwell") and not d.reason.startswith("rollout: waiting")))
     sizes, planned = {}, []
     for d in execution.decisions:  # the pools' sizes as each plan leaves them (the inner loop moves them too)
         if d.plan is not None:

@@ -155,14 +155,19 @@ def test_a_move_counts_the_cpus_of_its_type_s_nodes_not_the_head_s():
                OperatorTarget(name="uniform", replicas=2, accelerator_type="A"))
     inputs = _inputs(utilisation={"fast": 1.0, "uniform": 0.5}, cold_start_s={"fast": 5.0, "uniform": 5.0},
                      free_cpus=2.0, free_gpus=2.0, free_gpus_by_type={"A": 1.0, "B": 1.0},
-                     free_cpus_by_type={"A": 0.0, "B": 0.0},
+                     free_gpu_node_cpus={None: 0.0, "A": 0.0, "B": 0.0},
                      actors_by_type={"fast": {"A": 1, "B": 1}, "uniform": {"A": 1, "B": 1}})
     assert all(s.target.swap for s in plan_rollout(current, targets, inputs).steps)
-    roomy = replace(inputs, free_cpus=6.0, free_cpus_by_type={"A": 2.0, "B": 2.0})
+    roomy = replace(inputs, free_cpus=6.0, free_gpu_node_cpus={None: 4.0, "A": 2.0, "B": 2.0})
     assert not any(s.target.swap for s in plan_rollout(current, targets, roomy).steps)
     # where the nodes' CPUs are not known, only the totals count: the head's CPUs seem to fit fast's
-    blind = {s.operator: s.target.swap for s in plan_rollout(current, targets, replace(inputs, free_cpus_by_type=None)).steps}
+    blind = {s.operator: s.target.swap for s in plan_rollout(current, targets, replace(inputs, free_gpu_node_cpus=None)).steps}
     assert blind["fast"] is False
+    # GPU nodes that name no type: their CPUs in all are what a GPU actor can start on
+    grow = (OperatorTarget(name="fast", replicas=3),)
+    untyped = replace(inputs, free_gpus_by_type=None, actors_by_type=None)
+    assert plan_rollout(current, grow, replace(untyped, free_gpu_node_cpus={None: 0.0})).steps[0].phase != PHASE_UP
+    assert plan_rollout(current, grow, replace(untyped, free_gpu_node_cpus={None: 1.0})).steps[0].phase == PHASE_UP
 
 
 def test_a_change_must_save_its_margin_times_what_it_costs():

@@ -76,9 +76,10 @@ class RolloutInputs:
     free_cpus: float | None = None
     free_gpus: float | None = None
     free_gpus_by_type: dict[str, float] | None = None
-    free_cpus_by_type: dict[str, float] | None = None
-    """CPUs left on the nodes of each accelerator type by the GPU pools' actors there: a GPU
-    actor's CPUs come from its own node, so the head's free CPUs start no GPU actor."""
+    free_gpu_node_cpus: dict[str | None, float] | None = None
+    """CPUs the GPU pools leave on the GPU nodes, in all (key ``None``) and per accelerator type
+    (:attr:`~trident.autoscaler.policies.trident.inner.Room.gpu_node_cpus`): a GPU actor's CPUs
+    come from its own node, so the head's free CPUs start no GPU actor."""
     free_memory_bytes: float | None = None
     """Memory left under the limit by the current replicas (bytes); ``None``: no limit."""
     memory_per_replica_bytes: dict[str, float] | None = None
@@ -253,23 +254,16 @@ def _holds_wanted_room(s: RolloutStep, ups: list[RolloutStep], current: dict[str
 
 
 def _node_cpus(free: dict, accel: str | None) -> float:
-    """CPUs free where a GPU actor of type ``accel`` can start (any type's nodes for ``None``;
-    unbounded where the nodes' CPUs are not known)."""
-    typed = {k[1]: v for k, v in free.items() if isinstance(k, tuple)}
-    if not typed:
-        return math.inf
-    return typed.get(accel, math.inf) if accel is not None else sum(max(v, 0.0) for v in typed.values())
+    """CPUs free where a GPU actor of type ``accel`` can start: its type's nodes, else any GPU
+    node (unbounded where the nodes are not known)."""
+    return free.get(("cpu", accel), free.get(("cpu", None), math.inf))
 
 
 def _take_node_cpus(free: dict, accel: str | None, cpus: float) -> None:
-    """Take ``cpus`` from the typed nodes' free CPUs: from ``accel``'s, or the roomiest first."""
-    keys = [k for k in free if isinstance(k, tuple) and (accel is None or k[1] == accel)]
-    for k in sorted(keys, key=lambda k: -free[k]):
-        take = cpus if accel is not None else min(cpus, max(free[k], 0.0))
-        free[k] -= take
-        cpus -= take
-        if cpus <= 1e-9:
-            return
+    """Charge ``cpus`` to the GPU nodes: to all of them and to ``accel``'s (as the room is read)."""
+    for key in {("cpu", None), ("cpu", accel)}:
+        if key in free:
+            free[key] -= cpus
 
 
 def _order(steps: list[RolloutStep], current: dict[str, OperatorConfig], inputs: RolloutInputs) -> list[RolloutStep]:
@@ -285,7 +279,7 @@ def _order(steps: list[RolloutStep], current: dict[str, OperatorConfig], inputs:
             "memory": math.inf if inputs.free_memory_bytes is None else inputs.free_memory_bytes}
     memory_each = inputs.memory_per_replica_bytes or {}
     free.update(inputs.free_gpus_by_type or {})
-    free.update({("cpu", t): c for t, c in (inputs.free_cpus_by_type or {}).items()})
+    free.update({("cpu", t): c for t, c in (inputs.free_gpu_node_cpus or {}).items()})
     ordered = []
     for s in ups:
         cfg = current[s.operator]

@@ -145,12 +145,6 @@ def room_of(snap: Snapshot, held: dict[str, int], heap_bytes: dict[str, float],
     loop adds would be taken back by the next plan)."""
     cpus, gpus, mem = snap.cluster.cpus, snap.cluster.gpus, 0.0
     typed = dict(snap.cluster.gpus_by_type)
-    node_cpus = None
-    if snap.cluster.nodes:
-        node_cpus = {None: sum(n.cpus for n in snap.cluster.nodes if n.gpus > 0)}
-        for n in snap.cluster.nodes:
-            if n.gpus > 0 and n.accelerator_type is not None:
-                node_cpus[n.accelerator_type] = node_cpus.get(n.accelerator_type, 0.0) + n.cpus
     for o in snap.operators:
         if o.config.kind == "task" and not o.completed:
             cpus -= o.tasks_running * o.config.num_cpus
@@ -160,12 +154,26 @@ def room_of(snap: Snapshot, held: dict[str, int], heap_bytes: dict[str, float],
             gpus -= n * o.config.num_gpus
             if o.config.accelerator_type in typed:
                 typed[o.config.accelerator_type] -= n * o.config.num_gpus
-            if node_cpus is not None and o.config.num_gpus > 0:
-                _charge_gpu_node_cpus(node_cpus, o, n)
             if n:
                 mem += n * (heap_bytes.get(o.name, 0.0) or estimates.unmeasured_heap(o, snap, heap_bytes, margin))
     free_mem = math.inf if memory_limit_bytes is None else memory_limit_bytes - mem
-    return Room(cpus=cpus, gpus=gpus, gpus_by_type=typed, memory_bytes=free_mem, gpu_node_cpus=node_cpus)
+    return Room(cpus=cpus, gpus=gpus, gpus_by_type=typed, memory_bytes=free_mem,
+                gpu_node_cpus=gpu_node_cpus(snap, held))
+
+
+def gpu_node_cpus(snap: Snapshot, held: dict[str, int]) -> dict[str | None, float] | None:
+    """CPUs the GPU pools leave on the GPU nodes, in all (key ``None``) and per accelerator type,
+    each pool at its ``held`` replicas (else its current ones); ``None`` where the nodes are not known."""
+    if not snap.cluster.nodes:
+        return None
+    node_cpus: dict[str | None, float] = {None: sum(n.cpus for n in snap.cluster.nodes if n.gpus > 0)}
+    for n in snap.cluster.nodes:
+        if n.gpus > 0 and n.accelerator_type is not None:
+            node_cpus[n.accelerator_type] = node_cpus.get(n.accelerator_type, 0.0) + n.cpus
+    for o in snap.operators:
+        if o.config.kind == "actor" and o.config.num_gpus > 0:
+            _charge_gpu_node_cpus(node_cpus, o, held.get(o.name, o.config.replicas or 0))
+    return node_cpus
 
 
 def _charge_gpu_node_cpus(node_cpus: dict[str | None, float], o: OperatorSnapshot, n: int) -> None:

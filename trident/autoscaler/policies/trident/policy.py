@@ -28,7 +28,7 @@ from trident.core.plan.milp import solve_placement
 from trident.autoscaler.actuation import RolloutInputs, plan_rollout
 from trident.autoscaler.policies.trident import estimates, explore, problem
 from trident.autoscaler.policies.trident.check import Mismatch, PredictionCheck
-from trident.autoscaler.policies.trident.inner import Growth
+from trident.autoscaler.policies.trident.inner import Growth, gpu_node_cpus
 from trident.autoscaler.policies.trident.learned import Learned
 from trident.autoscaler.policies.trident.phases import Phases
 from trident.autoscaler.policies.trident.records import Assumed, Bounds, key_of
@@ -245,8 +245,8 @@ class TridentPolicy(RolloutSteps, BatchTuning):
                           cold_start_s=rollout_inputs_cold_starts,
                           free_cpus=capped.cluster.cpus - sum(c for c, _ in used),
                           free_gpus=capped.cluster.gpus - sum(g for _, g in used),
-                          free_gpus_by_type=problem.free_gpus_by_type(snap, ops),
-                          free_cpus_by_type=problem.free_cpus_by_type(snap, ops), pay_margin=self.settings.pay_margin,
+                          free_gpus_by_type=problem.free_gpus_by_type(snap, ops), pay_margin=self.settings.pay_margin,
+                          free_gpu_node_cpus=gpu_node_cpus(snap, {}),
                           actors_by_type={o.name: {u.accelerator_type: u.actors for u in o.by_type}
                                           for o in ops if o.by_type},
                           **problem.memory_room(prob, result.allocation)))

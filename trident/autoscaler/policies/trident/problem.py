@@ -403,28 +403,17 @@ def starved(tr: OperatorTrack, last: int = 10) -> bool:
 def free_gpus_by_type(snap: Snapshot, ops: list[OperatorSnapshot]) -> dict[str, float]:
     """GPUs of each accelerator type that no pool holds: a pinned pool holds its replicas'
     GPUs on its type, an unpinned one its running actors' GPUs where they run."""
-    return _free_by_type(snap.cluster.gpus_by_type, ops, lambda c: c.num_gpus)
-
-
-def free_cpus_by_type(snap: Snapshot, ops: list[OperatorSnapshot]) -> dict[str, float]:
-    """CPUs of each accelerator type's nodes that no GPU pool holds (as :func:`free_gpus_by_type`;
-    task operators' tasks, which Ray spreads over every node, are not counted)."""
-    return _free_by_type(snap.cluster.cpus_by_type, ops, lambda c: c.num_cpus)
-
-
-def _free_by_type(total: tuple[tuple[str, float], ...], ops: list[OperatorSnapshot], each) -> dict[str, float]:
-    free = dict(total)
+    free = {t: g for t, g in snap.cluster.gpus_by_type}
     for o in ops:
-        c = o.config
-        if c.num_gpus <= 0:
+        if o.config.num_gpus <= 0:
             continue
-        if c.accelerator_type is not None:
-            held = {c.accelerator_type: (c.replicas or 0) * each(c)}
+        if o.config.accelerator_type is not None:
+            held = {o.config.accelerator_type: used(o)[1]}
         else:
-            held = {u.accelerator_type: u.actors * each(c) for u in o.by_type}
-        for t, v in held.items():
+            held = {u.accelerator_type: u.actors * o.config.num_gpus for u in o.by_type}
+        for t, g in held.items():
             if t in free:
-                free[t] -= v
+                free[t] -= g
     return free
 
 
