@@ -180,6 +180,39 @@ def test_a_pool_is_read_at_rest_and_while_its_first_tasks_run():
     assert max(rest) <= max(finished) - 250 * 2**20  # no batch's memory in it
 
 
+class _Spins:
+    def __call__(self, batch):
+        end = time.process_time() + 0.6
+        while time.process_time() < end:  # 0.6 s of this process's CPU time per batch
+            pass
+        return batch
+
+
+class _Sleeps:
+    def __call__(self, batch):
+        time.sleep(0.6)
+        return batch
+
+
+def test_a_pool_s_cpu_time_and_the_machine_s_busy_cores_are_read():
+    """Ray schedules logical CPUs; the snapshot reads what the actors' processes used of the
+    machine's cores: a pool that computes keeps them busy, one that waits does not."""
+    ds = (ray.data.range(8, override_num_blocks=4)
+          .map_batches(_Spins, compute=ActorPoolStrategy(min_size=1, max_size=1), num_gpus=0.5, batch_size=2)
+          .map_batches(_Sleeps, compute=ActorPoolStrategy(min_size=1, max_size=1), num_gpus=0.5, batch_size=2))
+    with trident.autoscale(policy="ray", interval_s=0.25) as run:
+        rows = ds.take_all()
+    assert_each_id_once(rows, 8)
+    (execution,) = run.executions
+    last = execution.snapshots[-1]
+    spins, sleeps = (next(o for o in last.operators if name in o.name) for name in ("_Spins", "_Sleeps"))
+    assert spins.busy_s >= 4 * 0.6 and sleeps.busy_s >= 4 * 0.6
+    assert spins.cpu_s >= 0.5 * 4 * 0.6, spins  # its CPU time from the actor's first reading (a batch may come before)
+    assert sleeps.cpu_s <= 0.2 * sleeps.busy_s, sleeps
+    busy = [s.cluster.host_busy_s for s in execution.snapshots]
+    assert last.cluster.host_cores >= 1 and busy == sorted(busy) and busy[-1] - busy[0] >= 4 * 0.6 * 0.9
+
+
 class _SlowerGpu:
     def __call__(self, batch):
         time.sleep(0.5)

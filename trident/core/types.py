@@ -118,6 +118,9 @@ class OperatorSnapshot:
     cluster's GPU nodes name no type)."""
     old_actors: int = 0
     """Actors of the pool's previous configuration still running (a rolling update in progress)."""
+    cpu_s: float | None = None
+    """CPU seconds (user + system) an actor pool's running actors used, each from its first reading
+    (``None``: an actor runs off the driver's machine, or not read)."""
 
     @property
     def input_bytes_per_row(self) -> float | None:
@@ -142,6 +145,10 @@ class ClusterView:
     memory_limit_bytes: int | None = None
     nodes: tuple[NodeShape, ...] = ()
     """The live nodes, as Ray schedules on them (empty where unknown: then only the totals count)."""
+    host_cores: int | None = None
+    """Cores of the driver's machine (``None``: not read)."""
+    host_busy_s: float | None = None
+    """Core-seconds the driver's machine has been busy, cumulative (``None``: not read)."""
 
 
 @dataclass(frozen=True)

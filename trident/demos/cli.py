@@ -106,8 +106,9 @@ def main(args: argparse.Namespace) -> int:
         start_ray(num_cpus=args.cpus, num_gpus=args.gpus, verbose=args.verbose)
         try:
             if len(policies) > 1:  # the first timed run must not pay for cold caches alone
+                # untimed: Ray's worker processes and trident's controller (kept for the next run)
                 print("warm-up (untimed): the first and the last input, so both runs start warm", flush=True)
-                _run(args, None, paths[:1] + paths[-1:], truth, out / "warmup", None)
+                _run(args, "ray", paths[:1] + paths[-1:], truth, out / "warmup", None)
                 shutil.rmtree(out / "warmup", ignore_errors=True)
             for policy in policies:
                 results[policy] = _run(args, policy, paths, truth, out / policy, terminal)

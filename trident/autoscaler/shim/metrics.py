@@ -5,7 +5,7 @@ the pool itself (``op.metrics`` refreshes them only when the operator outputs). 
 memory is the unique-set size that every Ray Data map worker samples in its own process
 (``MemoryProfiler``, polled each ``DataContext.memory_usage_poll_interval_s``) and reports
 with each finished task; :class:`RecentSamples` keeps the values of the last interval. Actors
-running a task are also read live (:mod:`trident.autoscaler.shim.live_memory`).
+running a task are also read live (:mod:`trident.autoscaler.shim.actor_processes`).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from trident.autoscaler.shim.live_memory import LiveMemory
+from trident.autoscaler.shim.actor_processes import ActorProcesses, host_cpu
 from trident.core.cluster import ACCELERATOR_PREFIX, NodeShape, node_shapes
 from trident.core.types import ClusterView, OperatorConfig, OperatorSnapshot, Snapshot, TypeUsage
 
@@ -149,7 +149,7 @@ class SnapshotBuilder:
         self.seq = 0
         self._prev: dict[Any, tuple[float, int, int]] = {}
         self._rss: dict[Any, int] = {}
-        self._live = LiveMemory()
+        self._live = ActorProcesses()
         self._waits = SlotWait()
         for op in executor._topology:
             if kinds[op] != "other":
@@ -194,7 +194,7 @@ class SnapshotBuilder:
         kind = self.kinds[op]
         actors = dict(actors_running=0, actors_pending=0, actors_idle=0, tasks_in_flight=0)
         by_type = ()
-        live = rest = None
+        live = rest = cpu_s = None
         if kind == "actor":
             info = op.get_actor_info()
             actors = dict(actors_running=info.running, actors_pending=info.pending + self.held_of(op),
@@ -205,6 +205,7 @@ class SnapshotBuilder:
             actors["old_actors"] = len(old & set(pool._running_actors))
             live = self._live.max_task_uss(pool, exclude=old)
             rest = getattr(pool, "trident_rest", None)
+            cpu_s = self._live.pool_cpu_s(pool)
         rss_per_replica = None
         rss_total = None
         if kind != "other":
@@ -231,7 +232,7 @@ class SnapshotBuilder:
             object_store_bytes=int(m.obj_store_mem_used),
             backpressured=bool(backpressured),
             heap_rss_bytes=rss_total, heap_rss_per_replica_bytes=rss_per_replica, heap_live_per_replica_bytes=live,
-            heap_rest_per_replica_bytes=rest,
+            heap_rest_per_replica_bytes=rest, cpu_s=cpu_s,
             busy_s=float(m.task_worker_completion_time_s),
             slot_s=_slot_s(m, self._waits.update(op, m)) if kind == "task" else None,
             rows_in_done_total=_rows_in_done(m),
@@ -310,7 +311,7 @@ class ClusterWatch:
     """The cluster as one execution sees it: the executor's global limits, read at every
     snapshot (they are zero until the executor's first resource update), plus the live nodes'
     GPUs, per accelerator type and in all, and each node's type, re-read every
-    ``nodes_every_s`` seconds."""
+    ``nodes_every_s`` seconds, and this machine's cores and their busy time, read at every snapshot."""
 
     def __init__(self, resource_manager: Any, memory_limit_bytes: int | None, *, nodes_every_s: float = 30.0) -> None:
         self.resource_manager = resource_manager
@@ -338,10 +339,11 @@ class ClusterWatch:
             physical = self._nodes.gpus - float(options.exclude_resources.gpu)
             gpus = max(gpus, min(physical, float(options.resource_limits.gpu)))
         typed = tuple((t, min(g, gpus)) for t, g in self._nodes.gpus_by_type)  # a GPU budget caps every type
+        cores, busy_s = host_cpu()
         return ClusterView(cpus=float(limits.cpu), gpus=gpus, gpus_by_type=typed,
                            cpus_by_type=self._nodes.cpus_by_type, nodes=self._nodes.nodes,
                            object_store_bytes=int(store) if store != float("inf") else None,
-                           memory_limit_bytes=self.memory_limit_bytes)
+                           memory_limit_bytes=self.memory_limit_bytes, host_cores=cores, host_busy_s=busy_s)
 
 
 def node_census() -> NodeCensus:

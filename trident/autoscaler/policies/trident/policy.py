@@ -28,6 +28,7 @@ from trident.core.plan.milp import solve_placement
 from trident.autoscaler.actuation import RolloutInputs, plan_rollout
 from trident.autoscaler.policies.trident import estimates, explore, problem
 from trident.autoscaler.policies.trident.check import Mismatch, PredictionCheck
+from trident.autoscaler.policies.trident.cores import HostCores
 from trident.autoscaler.policies.trident.inner import Growth, gpu_node_cpus
 from trident.autoscaler.policies.trident.learned import Learned
 from trident.autoscaler.policies.trident.phases import Phases
@@ -88,6 +89,7 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         """What mismatches taught: placement caps and saturated pools (:mod:`.learned`)."""
         self.last_step_s: float | None = None
         self.growth = Growth()  # when each pool last grew (the inner loop's scale-down waits after)
+        self.cores = HostCores()  # how far each pool scales on the machine's cores (:mod:`.cores`)
 
     @property
     def tracks(self):
@@ -109,6 +111,7 @@ class TridentPolicy(RolloutSteps, BatchTuning):
     def _step(self, snap: Snapshot, now: float) -> Decision:
         notes = self._observe(snap)
         self.growth.see(snap)
+        self.cores.see(snap)
         interval_s, self.last_step_s = (now - self.last_step_s if self.last_step_s is not None else 0.0), now
         if self.changed_ops:
             self.check.drop()  # the data changed: the plan's premise with it
@@ -199,9 +202,9 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         planning = problem.build(snap, ops, self.tracks, self.settings, self.context.memory_limit_bytes)
         if planning.problem is None:  # looked again at the next step: the evidence may come any moment
             return Decision(time_s=now, reason=planning.why, notes=tuple(notes), kind="observe")
-        prob = self._with_ceilings(planning.problem, snap, now)
+        prob, capped_by = self._with_ceilings(planning.problem, snap, now)
         self.last_look_s, self.looked_per_type = now, planning.per_type
-        notes = [*notes, *planning.held]
+        notes = [*notes, *planning.held, *capped_by]
         self.observer.changed = self.replan_now = False
         short = self._below_one_replica(snap, ops)
         if short:
@@ -335,19 +338,13 @@ class TridentPolicy(RolloutSteps, BatchTuning):
 
     def _with_ceilings(self, prob, snap: Snapshot, now: float):
         """Pools that could not reach a planned size get at most what they reached for
-        ``ceiling_hold_s`` (what blocked them may be gone by then), within what mismatches taught."""
-        hold = self.settings.ceiling_hold_s
-        self.ceilings = {n: (c, t) for n, (c, t) in self.ceilings.items() if now - t < hold}
-        prob = self.learned.limit(prob, snap)
+        ``ceiling_hold_s`` (what blocked them may be gone by then), within what mismatches taught
+        and what the machine's cores feed (:mod:`.cores`: with a note per pool they cap)."""
+        self.ceilings = {n: (c, t) for n, (c, t) in self.ceilings.items() if now - t < self.settings.ceiling_hold_s}
         highest = {n: c.hi for n, (c, _) in self.ceilings.items()}
         for name, size in self.learned.saturated.items():
             highest[name] = min(highest.get(name, size), size)
-        if not highest:
-            return prob
-        ops = tuple(replace(sp, max_replicas=min(sp.max_replicas or hi, hi))
-                    if (hi := highest.get(sp.name)) is not None and hi >= sp.min_replicas else sp
-                    for sp in prob.operators)
-        return replace(prob, operators=ops)
+        return self.cores.limit(self.learned.limit(prob, snap), snap, highest)
 
     @staticmethod
     def _estimated(o, planning) -> bool:
