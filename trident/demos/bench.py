@@ -174,6 +174,22 @@ class MemoryWatchdog:
                 self._stop.wait(self.cooldown_s)
 
 
+def write_watched(ds, run, work: Path, limit_bytes: int | None) -> tuple[float, str | None, int]:
+    """Write ``ds`` to ``work/out`` as Parquet inside ``run`` (a ``trident.autoscale`` block), a
+    :class:`MemoryWatchdog` over the replicas registered in ``work/pids`` playing the OOM killer at
+    ``limit_bytes`` (``None``: it kills nothing): (wall seconds, the error if the run failed, OOM kills)."""
+    error = None
+    with MemoryWatchdog(str(work / "pids"), limit_bytes or 2**62) as dog:
+        t0 = time.perf_counter()
+        try:
+            with run:
+                ds.write_parquet(str(work / "out"))
+        except Exception as exc:  # a failed run is a result
+            error = f"{type(exc).__name__}: {exc}"
+        wall_s = time.perf_counter() - t0
+    return wall_s, error, dog.kills
+
+
 def _cpu_stage(curve: CostCurve, time_scale: float):
     def cpu_stage(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return run_calibrated(curve, batch, time_scale=time_scale)

@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trident.demos.bench import MemoryWatchdog, wait_for_exit, wait_until_idle
+from trident.demos.bench import wait_for_exit, wait_until_idle, write_watched
 from trident.core.errors import ConfigError
 
 POLICIES = ("static", "tuned", "ray", "ds2", "trident")
@@ -306,15 +306,7 @@ def run_once(sc: Scenario, policy: str, *, interval_s: float = 1.0) -> Run:
     ds = build(sc, policy, str(work / "pids"))
     run = trident.autoscale(policy="static" if policy == "tuned" else policy, memory_limit=limit,
                             interval_s=interval_s, controller_timeout_s=120.0)
-    error = None
-    with MemoryWatchdog(str(work / "pids"), limit or 2**62) as dog:
-        t0 = time.perf_counter()
-        try:
-            with run:
-                ds.write_parquet(str(work / "out"))
-        except Exception as exc:  # a failed run is a result
-            error = f"{type(exc).__name__}: {exc}"
-        wall_s = time.perf_counter() - t0
+    wall_s, error, kills = write_watched(ds, run, work, limit)
     ids = pq.read_table(str(work / "out"), columns=["id"]).column("id").to_pylist() if (work / "out").exists() else []
     wait_for_exit([int(f.name) for f in (work / "pids").iterdir() if f.name.isdigit()])
     shutil.rmtree(work, ignore_errors=True)
@@ -322,7 +314,7 @@ def run_once(sc: Scenario, policy: str, *, interval_s: float = 1.0) -> Run:
     reached = [reach_and_start(ex) for ex in run.executions]
     first_tenth_s, steady = start_and_steady(run.executions[0], sc.rows) if run.executions else (None, None)
     return Run(policy=policy, wall_s=wall_s, rows_lost=sc.rows - len(seen & set(range(sc.rows))),
-               rows_duplicated=len(ids) - len(seen), oom_kills=dog.kills, summary=run.summary(), error=error,
+               rows_duplicated=len(ids) - len(seen), oom_kills=kills, summary=run.summary(), error=error,
                reach_s=[r for ex in reached for r, _ in ex], starting_s=[st for ex in reached for _, st in ex],
                replans=sum(d.kind == "replan" for ex in run.executions for d in ex.decisions), record=run.record,
                first_tenth_s=first_tenth_s, steady_rows_per_s=steady)
