@@ -4,6 +4,7 @@ drawn shape, with the simulator's wall for the same seed beside the real one.
 
     python benchmarks/generalization.py --seeds 8                 # the first 8 seeds this machine can host
     python benchmarks/generalization.py --seeds 1 --work-s 10     # a quick look
+    python benchmarks/generalization.py --first 108 --seeds 1 --records /tmp/gen   # one seed, its run records
 
 Seeds are taken in order from ``--first``, skipping those this machine cannot host (a rule, not a
 pick): more than ``--max-nodes`` nodes, more than ``--max-actors`` actors at every pool's maximum,
@@ -189,7 +190,8 @@ def start_cluster(drawn: Drawn):
 
 # --- one run, one seed -----------------------------------------------------------------------------
 
-def run_once(drawn: Drawn, policy: str, *, scale: float, expected: np.ndarray) -> dict:
+def run_once(drawn: Drawn, policy: str, *, scale: float, expected: np.ndarray, record: str | None = None) -> dict:
+    """One run of ``drawn`` under ``policy`` (its run record written to ``record`` when given)."""
     import pyarrow.parquet as pq
 
     import trident
@@ -206,6 +208,8 @@ def run_once(drawn: Drawn, policy: str, *, scale: float, expected: np.ndarray) -
             if (work / "out").exists() else np.zeros(0, dtype=np.int64))
     wait_for_exit([int(f.name) for f in (work / "pids").iterdir() if f.name.isdigit()])
     shutil.rmtree(work, ignore_errors=True)
+    if record:
+        run.to_json(record)
     s = run.summary()
     errors = [e for ex in run.executions for e in prediction_errors(ex)]
     return {"policy": policy, "seed": drawn.seed, "wall_s": wall_s, "rows": int(len(keys)),
@@ -248,7 +252,7 @@ def simulated(drawn: Drawn) -> dict[str, float]:
                         context=ctx, max_time_s=3_600.0).wall_s for p in POLICIES}
 
 
-def run_seed(drawn: Drawn, *, scale: float, repeat: int) -> list[dict]:
+def run_seed(drawn: Drawn, *, scale: float, repeat: int, records: str | None = None) -> list[dict]:
     import ray
 
     expected = expected_keys(drawn)
@@ -258,7 +262,9 @@ def run_seed(drawn: Drawn, *, scale: float, repeat: int) -> list[dict]:
     rows = []
     try:
         for k in range(repeat):
-            got = {p: run_once(drawn, p, scale=scale, expected=expected) for p in POLICIES}
+            got = {p: run_once(drawn, p, scale=scale, expected=expected,
+                               record=os.path.join(records, f"seed-{drawn.seed}-{p}-{k + 1}.json") if records else None)
+                   for p in POLICIES}
             for p, row in got.items():
                 row.update(round=k + 1, bound_s=bound, vs_bound=bound / row["wall_s"], sim_wall_s=sim[p],
                            sim_vs_real=sim[p] / row["wall_s"], ratio_to_baseline=got["ray"]["wall_s"] / row["wall_s"],
@@ -348,11 +354,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-actors", type=int, default=24)
     p.add_argument("--max-memory-gib", type=float, default=10.0)
     p.add_argument("--out", default="benchmarks/results", help="results folder")
+    p.add_argument("--records", default=None, help="a folder for every run's record (seed-<n>-<policy>-<round>.json)")
     args = p.parse_args(argv)
     if min(args.seeds, args.repeat, args.max_nodes, args.max_actors) < 1 or args.first < 0 or \
             args.work_s <= 0 or not 0 < args.memory_scale <= 1 or args.max_memory_gib <= 0:
         raise ConfigError("arguments", vars(args), "seeds, repeat, max-nodes, max-actors >= 1; first >= 0; "
                                                    "work-s, max-memory-gib > 0; 0 < memory-scale <= 1")
+    if args.records:
+        os.makedirs(args.records, exist_ok=True)
     chosen, skipped = pick(args.first, args.seeds, work_s=args.work_s, scan=50 * args.seeds,
                            max_nodes=args.max_nodes, max_actors=args.max_actors,
                            max_memory_gib=args.max_memory_gib, scale=args.memory_scale)
@@ -361,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     for k, drawn in enumerate(chosen):
         print(f"[{k + 1}/{len(chosen)}] {drawn.describe()}", file=sys.stderr, flush=True)
-        rows += run_seed(drawn, scale=args.memory_scale, repeat=args.repeat)
+        rows += run_seed(drawn, scale=args.memory_scale, repeat=args.repeat, records=args.records)
     stats = summary(rows)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
