@@ -71,3 +71,18 @@ def test_no_cap_before_a_whole_window_is_seen_or_without_the_machine_s_readings(
     cores.see(unread)
     assert cores.caps(unread) == {}
     assert [s.time_s for s in cores.seen] == [0.0, 1.0, 2.0, 3.0, 4.0]  # 4 s back and no more; unread: not kept
+
+
+def test_what_a_pool_has_asked_for_already_is_not_cut():
+    """Starting actors keep the cores busy: a cap read then must not cancel them (they were
+    planned when cores were idle), only stop more."""
+    cores = HostCores(window_s=4.0)
+    for t in range(6):
+        snap = _on_cores(_ray_like(float(t), ocr_replicas=2, ocr_out=t, embed_out=0), t=float(t), busy_cores=2.0,
+                         ocr_cores_per_busy=1.0)
+        ops = tuple(replace(o, config=replace(o.config, replicas=4), actors_pending=2) if o.name == "ocr" else o
+                    for o in snap.operators)
+        snap = replace(snap, operators=ops)
+        cores.see(snap)
+    b = cores.caps(snap)["ocr"]
+    assert b.hi == 4 and "at most 4 replicas" in b.why

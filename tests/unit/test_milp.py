@@ -473,3 +473,25 @@ def test_the_plan_is_the_models_best_not_one_within_a_percent():
     best = max(splits, key=lambda d: objective_of(problem, splits[d]))
     assert best == 4 and objective_of(problem, splits[3]) > 0.99 * objective_of(problem, splits[4])
     assert res.changed and res.allocation.replicas("detect") == best and res.allocation.replicas("embed") == 4
+
+
+def test_a_pool_ray_spread_over_two_types_is_kept_when_no_one_type_plan_beats_it():
+    """A one-device pool is planned on one type, but Ray may have spread it: the spread runs and
+    makes what it makes (a generated scenario's 4 replicas on A and 2 on B, read as invalid, were
+    replaced by 2 on B: a third less). A plan must beat the spread; one that does still replaces it."""
+    def problem(b_nodes, **kw):
+        op = OperatorSpec(name="op1", options=(DeviceOption(device="A", rate_rows_per_s=31.0, cpus=1.0, gpus=1.0),
+                                               DeviceOption(device="B", rate_rows_per_s=124.0, cpus=1.0, gpus=1.0)),
+                          min_replicas=1, max_replicas=16, single_device=True, cold_start_s=10.0)
+        nodes = (NodeType(name="a", count=2, cpus=32, gpus=2, gpu_type="A"),
+                 NodeType(name="b", count=b_nodes, cpus=32, gpus=2, gpu_type="B"))
+        return PlacementProblem(operators=(op,), node_types=nodes, hysteresis=0.1, **kw)
+
+    spread = Allocation.of({("op1", "A", "a"): 4, ("op1", "B", "b"): 2})
+    assert any(v.endswith("expected one device") for v in violations(problem(1), spread))
+    kept = solve_placement(problem(1, current=spread))  # the best one-type plan: 2 on B, 248 rows/s
+    assert not kept.changed and kept.allocation.by_device("op1") == {"A": 4, "B": 2}, kept.reason
+    assert kept.throughput_rows_per_s == pytest.approx(4 * 31.0 + 2 * 124.0)
+    moved = solve_placement(problem(3, current=spread))  # 6 on B, 744 rows/s, beats 372
+    assert moved.changed and moved.allocation.by_device("op1") == {"B": 6}, moved.reason
+    assert moved.current_valid and moved.current_throughput_rows_per_s == pytest.approx(372.0)

@@ -169,6 +169,10 @@ def test_a_move_counts_the_cpus_of_its_type_s_nodes_not_the_head_s():
     assert plan_rollout(current, grow, replace(untyped, free_gpu_node_cpus={None: 0.0})).steps[0].phase != PHASE_UP
     assert plan_rollout(current, grow, replace(untyped, free_gpu_node_cpus={None: 1.0})).steps[0].phase == PHASE_UP
 
+    # pending actors of unpinned pools are charged to all GPU nodes, not to a type: the types'
+    # CPUs read free, the GPU nodes' in all do not (a scale-up's actors not yet placed): both swap
+    pending = replace(inputs, free_cpus=6.0, free_gpu_node_cpus={None: 0.0, "A": 2.0, "B": 2.0})
+    assert all(s.target.swap for s in plan_rollout(current, targets, pending).steps)
 
 def test_a_change_must_save_its_margin_times_what_it_costs():
     """The gain is a prediction and the cold start is paid: with a margin of 2 a change that

@@ -248,15 +248,18 @@ def _holds_wanted_room(s: RolloutStep, ups: list[RolloutStep], current: dict[str
             return True
         added = max(0, o.replicas_to - by_type.get(o.operator, {}).get(t, 0))
         gpus_each = cfg.num_gpus if o.target.num_gpus is None else o.target.num_gpus
-        if added * gpus_each > free[t] + 1e-9 or added * cfg.num_cpus > free.get(("cpu", t), math.inf) + 1e-9:
+        if added * gpus_each > free[t] + 1e-9 or added * cfg.num_cpus > _node_cpus(free, t) + 1e-9:
             return True
     return False
 
 
 def _node_cpus(free: dict, accel: str | None) -> float:
-    """CPUs free where a GPU actor of type ``accel`` can start: its type's nodes, else any GPU
-    node (unbounded where the nodes are not known)."""
-    return free.get(("cpu", accel), free.get(("cpu", None), math.inf))
+    """CPUs free where a GPU actor of type ``accel`` can start: its type's nodes, and never more
+    than all GPU nodes have free (an unpinned pool's pending actors are charged to them alone:
+    which type they land on is not known; read per type only, a surge looked possible where
+    those pending actors were about to take the CPUs); unbounded where the nodes are not known."""
+    total = free.get(("cpu", None), math.inf)
+    return min(free.get(("cpu", accel), total), total)
 
 
 def _take_node_cpus(free: dict, accel: str | None, cpus: float) -> None:

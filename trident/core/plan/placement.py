@@ -283,6 +283,10 @@ def objective_of(problem: PlacementProblem, allocation: Allocation) -> float:
     return throughput_of(problem, allocation) - cost
 
 
+ONE_DEVICE = ", expected one device"
+"""Ends the violation of a one-device operator whose replicas run on several devices."""
+
+
 def violations(problem: PlacementProblem, allocation: Allocation) -> list[str]:
     """Every constraint ``allocation`` breaks (an empty list when it is valid)."""
     out: list[str] = []
@@ -323,7 +327,7 @@ def violations(problem: PlacementProblem, allocation: Allocation) -> list[str]:
         if r < op.min_replicas or (op.max_replicas is not None and r > op.max_replicas):
             out.append(f"{op.name}: {r} replicas outside [{op.min_replicas}, {op.max_replicas}]")
         if op.single_device and len(allocation.by_device(op.name)) > 1:
-            out.append(f"{op.name}: replicas on {sorted(allocation.by_device(op.name))}, expected one device")
+            out.append(f"{op.name}: replicas on {sorted(allocation.by_device(op.name))}{ONE_DEVICE}")
     if problem.bin_packing and allocation.counts:
         out.extend(_node_violations(problem, allocation))
     return out

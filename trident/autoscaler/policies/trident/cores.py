@@ -9,7 +9,8 @@ rows/s, made 0.74; the third replica's start took 7 s of those cores).
 
 The scaling curve of a pool that keeps ``u`` cores busy per busy replica, on a machine with
 ``idle`` cores idle: ``rate(n) = r * min(n, running + idle / u)``. So a pool gets at most
-``floor(idle / u)`` replicas more than it runs (:meth:`HostCores.caps`), read over the last
+``floor(idle / u)`` replicas more than it runs, or what it has asked for already when that is more
+(:meth:`HostCores.caps`), read over the last
 ``window_s`` seconds of snapshots: the pool's CPU time and its busy replicas, the machine's busy
 time. Pools with an actor off the driver's machine, or keeping less than ``min_cores`` of a core
 busy per busy replica (a GPU's work, I/O), are not capped. Pure: no Ray, no clock.
@@ -65,9 +66,10 @@ class HostCores:
             u = (o.cpu_s - old.cpu_s) / dt / busy
             if u < self.min_cores:
                 continue
-            hi = o.actors_running + math.floor(idle / u + 1e-9)
-            out[o.name] = Bounds(lo=0, hi=max(hi, 1), why=(
-                f"at most {max(hi, 1)} replicas: each busy one keeps {u:.2f} of a core busy and the machine's "
+            # what is asked already stays (its starts are what keeps the cores busy now)
+            hi = max(o.actors_running + math.floor(idle / u + 1e-9), o.config.replicas or 0, 1)
+            out[o.name] = Bounds(lo=0, hi=hi, why=(
+                f"at most {hi} replicas: each busy one keeps {u:.2f} of a core busy and the machine's "
                 f"{cores} cores had {idle:.2f} idle over the last {dt:.0f} s (another replica would share them)"))
         return out
 
