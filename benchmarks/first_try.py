@@ -103,7 +103,7 @@ def timed(policy: str, rows: int, record_path: str | None = None, shift_at: floa
         if policy == "stock":
             ds.write_parquet(out)
         else:
-            with trident.autoscale(policy=policy) as run:
+            with trident.autoscale(policy=policy, history=False) as run:
                 ds.write_parquet(out)
         wall = time.perf_counter() - t0
         ids = pq.read_table(out, columns=["id"]).column("id").to_numpy()

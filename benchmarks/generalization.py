@@ -206,7 +206,7 @@ def run_once(drawn: Drawn, policy: str, *, scale: float, expected: np.ndarray, r
     (work / "pids").mkdir()
     limit = real_limit(drawn, scale)
     ds = build(drawn, str(work / "pids"), scale)
-    run = trident.autoscale(policy=policy, memory_limit=limit, controller_timeout_s=120.0)
+    run = trident.autoscale(policy=policy, memory_limit=limit, controller_timeout_s=120.0, history=False)
     wall_s, error, kills = write_watched(ds, run, work, limit)
     keys = (np.sort(pq.read_table(str(work / "out"), columns=["key"]).column("key").to_numpy())
             if (work / "out").exists() else np.zeros(0, dtype=np.int64))
@@ -268,7 +268,7 @@ def warm_up(drawn: Drawn, scale: float) -> None:
     tiny = replace(drawn, spec=replace(drawn.spec, total_rows=blocks, rows_per_block=1))
     work = Path(tempfile.mkdtemp(prefix="trident-generalization-warm-"))
     (work / "pids").mkdir()
-    with trident.autoscale(policy="ray"):
+    with trident.autoscale(policy="ray", history=False):
         build(tiny, str(work / "pids"), scale).write_parquet(str(work / "out"))
     wait_for_exit([int(f.name) for f in (work / "pids").iterdir() if f.name.isdigit()])
     shutil.rmtree(work, ignore_errors=True)

@@ -10,7 +10,7 @@ import trident
 
 ROOT = pathlib.Path(trident.__file__).parent
 # Lowest first: a room may import only the rooms before it (and itself).
-LAYERS = ("core", "report", "autoscaler", "jobs", "sim", "demos", "face")
+LAYERS = ("core", "history", "report", "autoscaler", "jobs", "sim", "demos", "face")
 # The demos are written as a user writes them: through the public face, ``import trident``.
 ALLOWED_UPWARD = {("demos", "trident")}
 

@@ -217,7 +217,8 @@ def _config_dict(config: AutoscaleConfig) -> dict[str, Any]:
 
 def autoscale(*, policy: Any = "trident", memory_limit: object = None, interval_s: float = 1.0,
               dry_run: bool = False, log_dir: str | None = None, seed: int = 0,
-              controller_timeout_s: float = 60.0, start_slots: int | None = None) -> Run:
+              controller_timeout_s: float = 60.0, start_slots: int | None = None,
+              history: object = True) -> Run:
     """Control every Ray Data execution run inside the returned context manager.
 
     ``policy``: a registered policy name (``"trident"``, ``"ds2"``, ``"static"``, ``"ray"``), or a
@@ -228,8 +229,12 @@ def autoscale(*, policy: Any = "trident", memory_limit: object = None, interval_
     checked for writing now; a failure to write at the end is a warning, never an exception).
     ``seed``: the policy's RNG seed. ``start_slots``: actors started side by side at most (default:
     the cores of the cluster's hosts; actors starting together share them).
+    ``history``: keep what each operator taught across runs and plan the next run's start from it
+    (``True``: the default store, ``TRIDENT_HISTORY`` or the user's cache folder; a path; ``False``:
+    start blind and keep nothing). See ``trident history``.
     Raises :class:`~trident.core.errors.ConfigError` on bad input.
     """
     return Run(AutoscaleConfig.from_user(policy=policy, memory_limit=memory_limit, interval_s=interval_s,
                                          dry_run=dry_run, log_dir=log_dir, seed=seed,
-                                         controller_timeout_s=controller_timeout_s, start_slots=start_slots))
+                                         controller_timeout_s=controller_timeout_s, start_slots=start_slots,
+                                         history=history))

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from trident.core.errors import ConfigError
@@ -34,6 +36,9 @@ class AutoscaleConfig:
     ``log_dir`` must be a non-empty path; :meth:`from_user` also creates it and checks it is writable.
     ``start_slots``: actors started side by side at most, over all pools (``None``: the cores of
     the cluster's hosts, :mod:`trident.autoscaler.shim.starts`).
+    ``history``: where what each operator taught is kept across runs (:mod:`trident.history.store`):
+    ``True`` the default store (``TRIDENT_HISTORY`` or the user's cache folder), a path, or
+    ``False`` for none.
     """
 
     policy: Any = "trident"
@@ -44,6 +49,7 @@ class AutoscaleConfig:
     seed: int = 0
     controller_timeout_s: float = 60.0
     start_slots: int | None = None
+    history: bool | str = True
 
     def __post_init__(self) -> None:
         if isinstance(self.policy, str) or not callable(self.policy):
@@ -67,6 +73,17 @@ class AutoscaleConfig:
         if self.start_slots is not None and (isinstance(self.start_slots, bool) or not isinstance(self.start_slots, int)
                                              or self.start_slots < 1):
             raise ConfigError("start_slots", self.start_slots, "None or an integer >= 1")
+        if not isinstance(self.history, (bool, str)) or (isinstance(self.history, str) and not self.history.strip()):
+            raise ConfigError("history", self.history, "True, False or the path of a history file (str)")
+
+    @property
+    def history_path(self) -> Path | None:
+        """The history store's file (``None``: no history)."""
+        from trident.history.store import default_path
+
+        if self.history is False:
+            return None
+        return default_path() if self.history is True else Path(self.history).expanduser()
 
     @property
     def policy_name(self) -> str:
@@ -74,10 +91,12 @@ class AutoscaleConfig:
         return self.policy if isinstance(self.policy, str) else str(getattr(self.policy, "name", repr(self.policy)))
 
     @classmethod
-    def from_user(cls, *, memory_limit: object = None, **kwargs) -> "AutoscaleConfig":
-        """Validate user input; ``memory_limit`` may be bytes or a string such as ``"16GiB"``.
-        ``log_dir`` is created here and must be writable."""
-        config = cls(memory_limit_bytes=parse_memory_bytes(memory_limit, "memory_limit"), **kwargs)
+    def from_user(cls, *, memory_limit: object = None, history: object = True, **kwargs) -> "AutoscaleConfig":
+        """Validate user input; ``memory_limit`` may be bytes or a string such as ``"16GiB"``,
+        ``history`` a ``pathlib.Path``. ``log_dir`` is created here and must be writable."""
+        if isinstance(history, os.PathLike):
+            history = os.fspath(history)
+        config = cls(memory_limit_bytes=parse_memory_bytes(memory_limit, "memory_limit"), history=history, **kwargs)
         if config.log_dir is not None:
             writable_dir(config.log_dir, "log_dir")
         return config

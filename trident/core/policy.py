@@ -11,6 +11,7 @@ from typing import Protocol
 from trident.core.errors import ConfigError
 from trident.core.registry import Registry
 from trident.core.types import Decision, Snapshot
+from trident.core.model.prior import OperatorPrior
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,9 @@ class PolicyContext:
     memory_limit_bytes: int | None = None
     seed: int = 0
     dry_run: bool = False
+    priors: tuple[OperatorPrior, ...] = ()
+    """What earlier runs taught of this execution's operators (:mod:`trident.history`); a
+    policy may plan with it before its own measurements come in."""
 
     def __post_init__(self) -> None:
         if self.memory_limit_bytes is not None and self.memory_limit_bytes <= 0:

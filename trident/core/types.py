@@ -266,6 +266,8 @@ class Decision:
     """(operator, rows out per second) the plan made at this step expects; empty when none."""
     regime_changes: tuple[str, ...] = ()
     """Operators whose data started a new regime at this step."""
+    history_runs: tuple[str, ...] = ()
+    """Earlier runs whose history (:mod:`trident.history`) the plan made at this step leaned on."""
 
     def __post_init__(self) -> None:
         try:

@@ -76,12 +76,12 @@ def quiet_ray_data() -> None:
             handler.setLevel(logging.ERROR)
 
 
-def _autoscale(policy: str | None, memory_limit: str | None, interval_s: float | None):
+def _autoscale(policy: str | None, memory_limit: str | None, interval_s: float | None, history: bool):
     if policy is None:
         return nullcontext(None)
     import trident
 
-    kwargs = {"policy": policy, "memory_limit": memory_limit}
+    kwargs = {"policy": policy, "memory_limit": memory_limit, "history": history}
     if interval_s is not None:
         kwargs["interval_s"] = interval_s
     return trident.autoscale(**kwargs)
@@ -137,14 +137,15 @@ def video_inputs(in_dir: str | Path, *, clips: int, seed: int = 0) -> tuple[list
 
 def run_pdf(paths: list[str], out_dir: str | Path, *, policy: str | None = "trident", memory_limit: str | None = None,
             interval_s: float | None = None, ocr_pool: tuple[int, int] = (1, 3), embed_pool: tuple[int, int] = (1, 3),
-            progress: TextIO | None = None) -> DemoResult:
-    """Curate the PDFs ``paths``: write ``pages/`` (Parquet) and ``documents.parquet`` under ``out_dir``."""
+            progress: TextIO | None = None, history: bool = True) -> DemoResult:
+    """Curate the PDFs ``paths``: write ``pages/`` (Parquet) and ``documents.parquet`` under ``out_dir``
+    (``history``: as ``trident.autoscale``'s)."""
     from trident.demos.pdf import build_pdf_dataset, curate_documents, read_pages
 
     out = Path(out_dir)
     ds = build_pdf_dataset(paths, ocr_pool=ocr_pool, embed_pool=embed_pool)
     t0 = time.perf_counter()
-    with _autoscale(policy, memory_limit, interval_s) as run, _progress(run, len(paths), "docs", progress):
+    with _autoscale(policy, memory_limit, interval_s, history) as run, _progress(run, len(paths), "docs", progress):
         ds.write_parquet(str(out / "pages"))
     wall_s = time.perf_counter() - t0
     pages = read_pages(out / "pages")
@@ -158,7 +159,7 @@ def run_pdf(paths: list[str], out_dir: str | Path, *, policy: str | None = "trid
 def run_video(paths: list[str], truth: dict[str, tuple[int, ...]], out_dir: str | Path, *,
               policy: str | None = "trident", memory_limit: str | None = None, interval_s: float | None = None,
               ocr_pool: tuple[int, int] = (1, 3), embed_pool: tuple[int, int] = (1, 3),
-              progress: TextIO | None = None) -> DemoResult:
+              progress: TextIO | None = None, history: bool = True) -> DemoResult:
     """Curate the clips ``paths``: write ``scenes/`` (Parquet) and ``clips.parquet``; a note per
     clip says whether the detected cuts match ``truth``."""
     from trident.demos.pdf import read_pages
@@ -168,7 +169,7 @@ def run_video(paths: list[str], truth: dict[str, tuple[int, ...]], out_dir: str 
     out = Path(out_dir)
     ds = build_video_dataset(paths, ocr_pool=ocr_pool, embed_pool=embed_pool)
     t0 = time.perf_counter()
-    with _autoscale(policy, memory_limit, interval_s) as run, _progress(run, len(paths), "clips", progress):
+    with _autoscale(policy, memory_limit, interval_s, history) as run, _progress(run, len(paths), "clips", progress):
         ds.write_parquet(str(out / "scenes"))
     wall_s = time.perf_counter() - t0
     scenes = read_pages(out / "scenes")

@@ -32,7 +32,8 @@ PANELS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
     ("Decisions per minute, by kind", "short", (
         (f"sum by (kind) (increase(ray_trident_decisions_total{{{RUN_SEL}}}[1m]))", "{{kind}}"),)),
     ("Plans per 5 minutes, by kind", "short", (
-        (f"sum by (kind) (increase(ray_trident_plans_total{{{RUN_SEL}}}[5m]))", "{{kind}}"),)),
+        (f"sum by (kind) (increase(ray_trident_plans_total{{{RUN_SEL}}}[5m]))", "{{kind}}"),
+        (f"sum (increase(ray_trident_history_plans_total{{{RUN_SEL}}}[5m]))", "from history"))),
     ("Regime changes per 5 minutes", "short", (
         (f"sum by (operator) (increase(ray_trident_regime_changes_total{{{SEL}}}[5m]))", "{{operator}}"),)),
     ("Fallbacks to stock Ray Data", "short", (

@@ -57,6 +57,9 @@ METRICS: tuple[MetricSpec, ...] = (
                "mismatch, done, error; 'none' for policies that do not say)."),
     MetricSpec("trident_plans", "counter", RUN_TAGS + ("kind",),
                "Plans sent to the executor (decisions that change a target), by decision kind."),
+    MetricSpec("trident_history_plans", "counter", RUN_TAGS,
+               "Plans that leaned on what earlier runs taught (trident.history): the run's first plans before "
+               "its own measurements, then those weighed with them."),
     MetricSpec("trident_regime_changes", "counter", OP_TAGS,
                "Changes in the operator's data (throughput or row size) that started a new regime."),
     MetricSpec("trident_fallbacks", "counter", ("dataset", "kind"),
@@ -102,6 +105,8 @@ class ControllerMetrics:
         self.series["trident_decisions"].inc(1, tags={**run, "kind": kind})
         if decision.plan is not None:
             self.series["trident_plans"].inc(1, tags={**run, "kind": kind})
+            if decision.history_runs:
+                self.series["trident_history_plans"].inc(1, tags=run)
             for t in decision.plan.targets:
                 if t.replicas is not None:
                     self.targets[(snap.execution_id, t.name)] = t.replicas

@@ -139,7 +139,8 @@ def _decision(d: dict[str, Any]) -> Decision:
     return Decision(time_s=d["time_s"], reason=d["reason"], plan=plan, notes=tuple(d.get("notes", ())),
                     kind=d.get("kind", ""),
                     predicted_rows_per_s=tuple((n, r) for n, r in d.get("predicted_rows_per_s", ())),
-                    regime_changes=tuple(d.get("regime_changes", ())))
+                    regime_changes=tuple(d.get("regime_changes", ())),
+                    history_runs=tuple(d.get("history_runs", ())))
 
 
 def _execution(d: dict[str, Any]) -> ExecutionRecord:
@@ -170,7 +171,9 @@ def peak_heap_rss_per_replica(snapshots: Any) -> dict[str, int]:
 def summarize(record: RunRecord) -> dict[str, Any]:
     """The figures a benchmark row needs (units in the keys; missing means not measured).
 
-    ``wall_s`` spans the first execution's start to the last one's end; ``rows`` counts the
+    ``wall_s`` spans the first execution's start to the last one's end; ``first_plan_s`` is the
+    first plan's time in the first execution; ``history_plans`` counts plans that leaned on
+    earlier runs (:mod:`trident.history`); ``rows`` counts the
     rows each execution delivered (``None`` when a fused write sink hides them); ``reconfigurations`` counts applied pool targets,
     task caps and rollouts; ``failed_tasks`` is per operator.
     """
@@ -203,6 +206,9 @@ def summarize(record: RunRecord) -> dict[str, Any]:
         "warnings": list(record.warnings),
         "shim_time_s": sum(e.shim_time_s for e in record.executions),
         "prediction_error": prediction_error([c for e in record.executions for c in plan_checks(e)]),
+        "first_plan_s": next((d.time_s for e in record.executions[:1] for d in e.decisions if d.plan is not None),
+                             None),
+        "history_plans": sum(1 for e in record.executions for d in e.decisions if d.plan is not None and d.history_runs),
     }
     if wall_s is not None:
         out["wall_s"] = wall_s

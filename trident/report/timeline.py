@@ -29,6 +29,24 @@ def _sampled(items: list, max_rows: int) -> list:
     return picked
 
 
+def _history_lines(e: ExecutionRecord, checks: list) -> list[str]:
+    """The plans that leaned on earlier runs (:mod:`trident.history`), each with what came out."""
+    used = [d for d in e.decisions if d.plan is not None and d.history_runs]
+    if not used:
+        return []
+    by_time = {c.time_s: c for c in checks}
+    lines = ["  history (plans made from what earlier runs taught):"]
+    for d in used:
+        c = by_time.get(d.time_s)
+        out = c.output if c is not None else None
+        seen = (f"predicted {out[1]:.3g} rows/s, measured {out[2]:.3g}" + (f" ({c.error:.0%} off)" if c.error is not None
+                                                                           else "")
+                if out is not None else "not measured (its targets were not all reached before the next plan)")
+        lines.append(f"    t={d.time_s:7.1f}s plan #{d.plan.seq} from the history of run {', '.join(d.history_runs)}: "
+                     + seen)
+    return lines
+
+
 def format_execution(e: ExecutionRecord, *, max_timeline_rows: int = 30, name_width: int = 28) -> list[str]:
     head = f"execution {e.execution_id} (dataset {e.dataset_id}): {e.status}, mode {e.mode}"
     if e.wall_s is not None:
@@ -65,6 +83,7 @@ def format_execution(e: ExecutionRecord, *, max_timeline_rows: int = 30, name_wi
         tag = f"plan #{d.plan.seq}" if d.plan is not None else "keep"
         lines.append(f"    t={d.time_s:7.1f}s {tag}: {d.reason}")
     checks = plan_checks(e)
+    lines.extend(_history_lines(e, checks))
     if checks:
         lines.append("  predictions (each plan measured from its targets reached to the next plan):")
         for c in checks:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from trident.autoscaler.controller.loop import ControlLoop
@@ -48,6 +48,7 @@ class Controller:
         self.policy = policy
         self.context = context
         self.loops: dict[str, ControlLoop] = {}
+        self.priors: dict[str, tuple] = {}
         if not hasattr(self, "metrics"):  # one set of series per controller process, kept across runs
             from trident.report.metrics import ControllerMetrics
 
@@ -64,12 +65,18 @@ class Controller:
 
         return ray.get_runtime_context().get_node_id()
 
+    def begin(self, execution_id: str, priors: tuple) -> None:
+        """What earlier runs taught of ``execution_id``'s operators, for its policy (sent before
+        its first snapshot: an actor runs one caller's calls in the order they were made)."""
+        self.priors[execution_id] = tuple(priors)
+
     def step(self, snapshot: Snapshot, now: float) -> Decision:
         """One control step of ``snapshot``'s execution; its series go to Ray's metrics endpoint."""
         loop = self.loops.get(snapshot.execution_id)
         if loop is None:
-            policy = self.policy if isinstance(self.policy, str) else self.policy(context=self.context)
-            loop = self.loops[snapshot.execution_id] = ControlLoop(policy=policy, context=self.context)
+            ctx = replace(self.context, priors=self.priors.pop(snapshot.execution_id, ()))
+            policy = self.policy if isinstance(self.policy, str) else self.policy(context=ctx)
+            loop = self.loops[snapshot.execution_id] = ControlLoop(policy=policy, context=ctx)
         decision = loop.step(snapshot, now)
         self._warm(decision)
         if self.metrics is not None:
@@ -154,6 +161,14 @@ class ControllerClient:
         self.clock_origin_s = clock_origin_s
         self._pending: dict[Any, float] = {}
         self.failure: ControllerFailure | None = None
+
+    def begin(self, execution_id: str, priors: tuple) -> None:
+        """Fire and forget: hand the controller what earlier runs taught (:meth:`Controller.begin`)."""
+        if self.failure is None and priors:
+            try:
+                self.handle.begin.remote(execution_id, priors)
+            except Exception as exc:  # a dead handle can raise on submit
+                self._fail(f"submitting the history failed: {type(exc).__name__}: {exc}")
 
     def send(self, snapshot: Snapshot) -> None:
         """Fire and forget: ask the controller to step on ``snapshot``."""

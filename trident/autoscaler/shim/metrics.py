@@ -340,9 +340,11 @@ class ClusterWatch:
             gpus = max(gpus, min(physical, float(options.resource_limits.gpu)))
         typed = tuple((t, min(g, gpus)) for t, g in self._nodes.gpus_by_type)  # a GPU budget caps every type
         cores, busy_s = host_cpu()
-        return ClusterView(cpus=float(limits.cpu), gpus=gpus, gpus_by_type=typed,
+        # until the executor's first resource update its limits are zero: the live nodes' CPUs stand in
+        cpus = float(limits.cpu) or sum(n.cpus for n in self._nodes.nodes)
+        return ClusterView(cpus=cpus, gpus=gpus, gpus_by_type=typed,
                            cpus_by_type=self._nodes.cpus_by_type, nodes=self._nodes.nodes,
-                           object_store_bytes=int(store) if store != float("inf") else None,
+                           object_store_bytes=int(store) if 0 < store != float("inf") else None,
                            memory_limit_bytes=self.memory_limit_bytes, host_cores=cores, host_busy_s=busy_s)
 
 

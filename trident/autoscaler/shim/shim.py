@@ -80,6 +80,8 @@ class ExecutionShim:
         """Actors each pool would start and waits to: shown as pending actors."""
         self.ray_until_named = False
         """Ray's own rule drives a pool until a plan names it (:meth:`_ray_drives`)."""
+        self.history = None
+        """This execution's link to the history store (:mod:`trident.autoscaler.shim.history`)."""
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -114,6 +116,7 @@ class ExecutionShim:
         self.start_slots = self.config.start_slots or cluster_start_slots()
         self.observing = True
         self.client = self.run._controller_client()
+        self._open_history()
         if wants_control:
             from trident.autoscaler.shim.autoscaler import TridentActorAutoscaler
             from trident.autoscaler.shim.backpressure import StockCaps, TaskConcurrencyCap
@@ -131,6 +134,19 @@ class ExecutionShim:
         else:
             self.record.mode = "observe"
         self.observe(force=True)
+
+    def _open_history(self) -> None:
+        """Read what earlier runs taught of this execution's operators and hand it to the controller."""
+        from trident.autoscaler.shim.history import ExecutionHistory
+
+        try:
+            self.history = ExecutionHistory.open(self)
+        except Exception as exc:  # noqa: BLE001 - history never fails a pipeline
+            self.run._warn_once("history", f"trident's history is unavailable ({type(exc).__name__}: {exc}); "
+                                           "this run starts blind")
+            return
+        if self.history is not None and self.history.priors and self.client is not None:
+            self.client.begin(self.execution_id, tuple(self.history.priors.values()))
 
     def _policy_class(self) -> Any:
         """The policy's factory (a registered name's, or the one given)."""
@@ -185,6 +201,11 @@ class ExecutionShim:
                 self._event("final_snapshot_failed", f"{type(exc).__name__}: {exc}")
         if self.observing:
             self._poll_controller()
+        if self.history is not None:
+            try:
+                self.history.keep(self)
+            except Exception as exc:  # noqa: BLE001 - history never fails a pipeline
+                self.run._warn_once("history", f"keeping trident's history failed: {type(exc).__name__}: {exc}")
         self.to_stock(record_mode=False)
         self.record.status = status
         self.record.ended_at_s = self.run._now_s()

@@ -71,6 +71,8 @@ class SimResult:
     oom_kills: int
     decisions: tuple[Decision, ...]
     timeline: tuple[TimelinePoint, ...] = field(default=())
+    snapshots: tuple[Snapshot, ...] = field(default=())
+    """Every snapshot the policy saw (what :func:`trident.history.lessons.learn` reads)."""
 
 
 class PipelineSim(Actuation):
@@ -94,6 +96,7 @@ class PipelineSim(Actuation):
         self.applied_seq = 0
         self.ops = [self._initial(o) for o in spec.operators]
         self.timeline: list[TimelinePoint] = []
+        self.snapshots: list[Snapshot] = []
         self._start_pending()
 
     def _initial(self, o: SimOperator) -> _OpState:
@@ -229,6 +232,7 @@ class PipelineSim(Actuation):
                 self._advance(self.interval_s / steps)
             seq += 1
             snap = self.snapshot(seq)
+            self.snapshots.append(snap)
             self.timeline.append(TimelinePoint(
                 time_s=self.time_s, throughput_rows_per_s=snap.operators[0].rows_out_per_s / max(
                     self.spec.operators[0].selectivity, 1e-12),
@@ -244,7 +248,7 @@ class PipelineSim(Actuation):
             policy=self.policy_name, wall_s=self.time_s, rows_out=self.ops[-1].rows_out, source_rows=int(round(src)),
             finished=self.ops[-1].completed, throughput_rows_per_s=src / self.time_s if self.time_s else 0.0,
             reconfigurations=self.reconfigurations, oom_kills=self.oom_kills,
-            decisions=tuple(self.loop.decisions), timeline=tuple(self.timeline))
+            decisions=tuple(self.loop.decisions), timeline=tuple(self.timeline), snapshots=tuple(self.snapshots))
 
 
 def simulate(spec: PipelineSpec, *, policy: str | Policy, seed: int = 0, max_time_s: float = 3_600.0,

@@ -41,7 +41,15 @@ def typed_rates(tr: OperatorTrack, key: ConfigKey, min_busy_s: float) -> dict[st
     the pool was pinned to one type's GPUs. Nor does a task's time while its output waits on the
     object store budget (each node has its own store): there a pool measured 1.8x faster on one
     type, 1.04-1.11x once its backpressured snapshots were left out, and both pools were pinned
-    to one type's four slots each for the rest of the run."""
+    to one type's four slots each for the rest of the run. Until a type is measured in this run,
+    the rates earlier runs measured (:mod:`trident.history`)."""
+    measured = _typed_here(tr, key, min_busy_s)
+    if not measured and tr.belief is not None and tr.belief.regime is not None:
+        return dict(tr.belief.regime.typed)  # nothing measured here yet: what earlier runs measured
+    return measured
+
+
+def _typed_here(tr: OperatorTrack, key: ConfigKey, min_busy_s: float) -> dict[str, float]:
     snaps = [o for t, o in tr.snaps if t >= tr.since_s(key) and key_of(o.config) == key and o.by_type]
     if len(snaps) < 2 or snaps[-1].backpressured:
         return {}
@@ -72,8 +80,24 @@ def typed_rates(tr: OperatorTrack, key: ConfigKey, min_busy_s: float) -> dict[st
 
 
 def rate(tr: OperatorTrack, op: OperatorSnapshot, key: ConfigKey, settings: TridentSettings) -> Estimate:
-    """Output rows per busy replica-second of ``op`` under ``key``, and where it came from: the
-    median of the configuration's rate windows once there are ``min_rate_windows``, else its
+    """:func:`own_rate`, leaning on earlier runs while this one has measured less than
+    ``min_rate_windows`` windows: the remembered rate alone before any measure, then weighed
+    with this run's (:meth:`~trident.core.model.prior.Belief.blend`). A stall's bound and a
+    measured median stand alone."""
+    own = own_rate(tr, op, key, settings)
+    belief = tr.belief
+    remembered = belief.rate(tuple(key)) if belief is not None else None
+    if remembered is None or own.source in ("measured", "stall bound"):
+        return own
+    if own.rows_per_s is None:
+        return Estimate(remembered, "history", belief.prior.run)
+    n = len(tr.measured(key)) or 1
+    return Estimate(belief.blend(tuple(key), own.rows_per_s, n), own.source, belief.prior.run)
+
+
+def own_rate(tr: OperatorTrack, op: OperatorSnapshot, key: ConfigKey, settings: TridentSettings) -> Estimate:
+    """Output rows per busy replica-second of ``op`` under ``key`` from this run, and where it came
+    from: the median of the configuration's rate windows once there are ``min_rate_windows``, else its
     busy-time rate since the regime began (its last window instead when that is ``shift_ratio``
     off it), else its first windows, else the GP model."""
     measured = tr.measured(key)
@@ -118,7 +142,9 @@ def heap(tr: OperatorTrack, key: ConfigKey, settings: TridentSettings) -> float:
     margin once the largest stands on ``stable_heap_samples`` samples (0 when never seen)."""
     seen = tr.heap.get(key)
     if seen is None:
-        return 0.0
+        regime = tr.belief.regime if tr.belief is not None else None
+        remembered = regime.heap_of(tuple(key)) if regime is not None else None
+        return 0.0 if remembered is None else remembered * (1 + settings.memory_margin)
     margin = settings.memory_margin
     if tr.heap_samples.get(key, 0) >= settings.stable_heap_samples:
         margin /= 3
@@ -150,7 +176,10 @@ def cold_start_s(tr: OperatorTrack, op: OperatorSnapshot, settings: TridentSetti
     """Seconds a new replica takes to start (0 for task operators)."""
     if op.config.kind != "actor":
         return 0.0
-    return settings.default_cold_start_s if tr.cold_start_s is None else tr.cold_start_s
+    if tr.cold_start_s is not None:
+        return tr.cold_start_s
+    remembered = tr.belief.prior.cold_start_s if tr.belief is not None else None
+    return settings.default_cold_start_s if remembered is None else remembered
 
 
 def selectivities(ops: list[OperatorSnapshot], tracks: dict[str, OperatorTrack]) -> list[float]:

@@ -53,7 +53,8 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         self.context = context or PolicyContext()
         self.settings = settings or TridentSettings()
         self.rng = np.random.default_rng(self.context.seed)
-        self.observer = Observer(settings=self.settings, rng=self.rng, seed=self.context.seed)
+        self.observer = Observer(settings=self.settings, rng=self.rng, seed=self.context.seed,
+                                 priors=self.context.priors)
         self.phases = Phases()
         self.bounds: dict[str, Bounds] = {}
         self.ceilings: dict[str, tuple[Bounds, float]] = {}
@@ -70,6 +71,7 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         """Operators whose regime changed in this step."""
         self.predicted: tuple[tuple[str, float], ...] = ()
         """(operator, rows out/s) the plan made in this step expects."""
+        self.history_runs: tuple[str, ...] = ()  # earlier runs the plan made in this step leaned on
         self.inner_sent: dict[str, int] = {}
         """The last size the inner loop asked of each pool (the shim keeps a target until changed)."""
         self.held_back: dict[str, int] = {}
@@ -100,9 +102,10 @@ class TridentPolicy(RolloutSteps, BatchTuning):
     def step(self, snapshot: Snapshot, now: float) -> Decision:
         """One control step; an internal error keeps the current plan and says so (fail open)."""
         try:
-            self.changed_ops, self.predicted = [], ()
+            self.changed_ops, self.predicted, self.history_runs = [], (), ()
             decision = self._step(snapshot, now)
-            return replace(decision, regime_changes=tuple(self.changed_ops), predicted_rows_per_s=self.predicted)
+            return replace(decision, regime_changes=tuple(self.changed_ops), predicted_rows_per_s=self.predicted,
+                           history_runs=self.history_runs)
         except Exception as exc:  # noqa: BLE001 - the pipeline must never fail because the policy did
             self.phases.clear()
             return Decision(time_s=now, reason=f"error: {type(exc).__name__}: {exc}; keeping the current plan",
@@ -268,8 +271,7 @@ class TridentPolicy(RolloutSteps, BatchTuning):
                                                         planning.rates[o.name].source))
             for o, sel in zip(ops, estimates.selectivities(ops, self.tracks))
             if planning.rates[o.name].rows_per_s < problem.UNKNOWN_RATE}
-        rates = ", ".join(f"{n} {e.rows_per_s:.3g} rows/s per replica ({e.source})"
-                          for n, e in planning.rates.items() if e.rows_per_s < problem.UNKNOWN_RATE)
+        rates = problem.describe_rates(planning.rates)
         out = [(o.name, result.throughput_rows_per_s * f * sel)  # what the plan asks each operator to put out
                for o, f, sel in zip(ops, prob.demand_factors(), estimates.selectivities(ops, self.tracks))]
         self.predicted = tuple(p for p in out if math.isfinite(p[1]))
@@ -283,6 +285,7 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         decision = self._issue(tuple(st.target for st in phase) + caps, reason + held, now,
                                [*notes, *result.notes], kind="plan")
         self.phases.plan_seq = self.plan_seq
+        self.history_runs = tuple(sorted({e.history for e in planning.rates.values() if e.history}))
         self.check.expect(self.plan_seq, dict(self.predicted), now,
                           cold_start_s=max(rollout_inputs_cold_starts.values(), default=0.0))
         return decision

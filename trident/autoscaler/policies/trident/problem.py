@@ -45,6 +45,16 @@ class Planning:
     """Pools the plan may move only the way their data changed (:func:`along_the_shift`)."""
 
 
+def describe_rates(rates: dict[str, Estimate]) -> str:
+    """The rates a plan rests on, each with its source (and the earlier run it leans on)."""
+    def source(e: Estimate) -> str:
+        if not e.history:
+            return e.source
+        return f"history of run {e.history}" if e.source == "history" else f"{e.source}, history of run {e.history}"
+    return ", ".join(f"{n} {e.rows_per_s:.3g} rows/s per replica ({source(e)})"
+                     for n, e in rates.items() if e.rows_per_s < UNKNOWN_RATE)
+
+
 def plannable(snap: Snapshot) -> list[OperatorSnapshot]:
     """Operators a plan can change: running task and actor operators, a Write sink left out."""
     return [o for o in snap.operators
@@ -73,7 +83,8 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
     for i, o in enumerate(ops):
         tr = tracks[o.name]
         key = key_of(o.config)
-        rate_out, source = estimates.rate(tr, o, key, settings)
+        est = estimates.rate(tr, o, key, settings)
+        rate_out, source = est.rows_per_s, est.source
         if (rate_out is None or tr.settling_at is not None) and not starved(tr):
             return Planning(None, rates, f"observing: no finished task of {o.name} in its current configuration yet")
         replicas = _replicas(o)
@@ -94,7 +105,7 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
         if estimates.input_taken(snap, o):
             cap = max(replicas, lo or 0)  # more replicas would idle
             hi = cap if hi is None else min(hi, cap)
-        rates[o.name] = Estimate(rate_in, source)
+        rates[o.name] = Estimate(rate_in, source, est.history)
         heap = heaps.get(o.name, 0.0) or (estimates.unmeasured_heap(o, snap, heaps, settings.memory_margin)
                                           if o.config.kind == "actor" else 0.0)
         # unpinned: an option per type it was measured on, split as it runs now; planned on one

@@ -84,6 +84,8 @@ class Estimate(NamedTuple):
 
     rows_per_s: float | None
     source: str
+    history: str = ""
+    """The run whose history the estimate leans on ('' when none)."""
 
 
 class Bounds(NamedTuple):

@@ -203,6 +203,8 @@ class ShiftChecks:
         tr.regime_start_s, tr.needs_fit, tr.matched, tr.bo_tried, tr.bo_settled = start, True, False, 0, False
         tr.shift = ev.mean_after / ev.mean_before if ev.mean_before > 0 else None
         self.assumed.pop(tr.name, None)
+        if tr.belief is not None:
+            tr.belief.data_changed()
         self.changed = True
         self.regime_changes += 1
         return f"change: {ev.reason}; dropped samples before t={start:.0f} s"

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trident.core.detect.changepoint import ChangeDetector
+from trident.core.model.prior import Belief
 from trident.core.model.gp import OperatorModel
 from trident.core.model.regimes import RegimeStore
 from trident.autoscaler.policies.trident.records import ConfigKey, Counters, OldActorsSpan, RateSample, Stall, key_of
@@ -68,6 +69,8 @@ class OperatorTrack:
     left: OldActorsSpan | None = None
     """While a rolling update's new actors are not up: the configuration left and what its old
     actors did since (:meth:`Observer._old_actors_at_work`)."""
+    belief: Belief | None = None
+    """What earlier runs taught of the operator, as far as this run's windows agree with it."""
 
     def measured(self, key: ConfigKey, last: int = 8) -> list[float]:
         return [r.rows_per_s for r in self.rates if r.key == key][-last:]

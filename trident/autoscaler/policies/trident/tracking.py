@@ -27,6 +27,7 @@ from trident.autoscaler.policies.trident.settings import TridentSettings
 from trident.autoscaler.policies.trident.shifts import ShiftChecks
 from trident.autoscaler.policies.trident.track import OperatorTrack, busy_of, counters, keep_busy_rate, progress
 from trident.core.types import OperatorSnapshot
+from trident.core.model.prior import Belief, OperatorPrior
 
 MIN_TASKS_FOR_SELECTIVITY = 4
 """Finished tasks before rows out per row in is trusted (1 until then): the first tasks' counts
@@ -36,8 +37,10 @@ run ahead of the bytes Ray has marked as processed."""
 class Observer(ShiftChecks):
     """Keeps an :class:`OperatorTrack` per operator; ``changed`` says the plan should be revisited."""
 
-    def __init__(self, *, settings: TridentSettings, rng: np.random.Generator, seed: int) -> None:
+    def __init__(self, *, settings: TridentSettings, rng: np.random.Generator, seed: int,
+                 priors: tuple[OperatorPrior, ...] = ()) -> None:
         self.settings = settings
+        self.priors = {p.name: p for p in priors}
         self.rng = rng
         self.seed = seed
         self.tracks: dict[str, OperatorTrack] = {}
@@ -59,6 +62,10 @@ class Observer(ShiftChecks):
                 size_detector=ChangeDetector(signal=f"{op.name} input bytes per row", **detector),
                 snaps=deque(maxlen=self.settings.history),
             )
+            prior = self.priors.get(op.name)
+            if prior is not None:
+                tr.belief = Belief(prior, weight=self.settings.history_weight)
+                tr.selectivity = prior.selectivity or 1.0
             self.tracks[op.name] = tr
         return tr
 
@@ -142,6 +149,10 @@ class Observer(ShiftChecks):
         if rate is not None and rate > 0:
             shift, settling = self._level_shift(tr, key, rate, t)
             notes += self._check_assumption(tr, key, rate)
+            believed = tr.belief.see(tuple(key), rate) if tr.belief is not None else ""
+            if believed:
+                notes.append(believed)
+                self.changed = True
             if tr.bounded(key) and not [r for r in tr.rates if r.key == key and not r.bound]:
                 # the first measure after a stall's bound: the planner looks again at once (a look
                 # on the bound alone would otherwise hold the next one a planning interval)
