@@ -147,3 +147,11 @@ def test_before_any_measure_the_estimates_are_the_history_s():
     op = SimpleNamespace(config=SimpleNamespace(kind="actor"))
     assert estimates.cold_start_s(tr, op, settings) == 4.0
     assert estimates.heap(tr, key, settings) == 0.0  # no heap remembered: charged as unmeasured
+
+
+def test_a_step_the_run_did_not_call_a_regime_change_is_remembered_as_two_regimes():
+    from trident.history.lessons import levels
+
+    assert levels([40.0, 41.0, 39.0, 40.5]) == [[40.0, 41.0, 39.0, 40.5]]
+    assert levels([40.0, 41.0, 39.0, 10.0, 11.0, 10.5]) == [[40.0, 41.0, 39.0], [10.0, 11.0, 10.5]]
+    assert levels([40.0, 10.0, 11.0]) == [[40.0, 10.0, 11.0]]  # one window is not a level

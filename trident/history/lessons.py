@@ -9,6 +9,8 @@ cold start (an actor pending to none pending) and rows out per row in.
 """
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass, field
 
 from trident.core.model.features import device_type_of
@@ -18,6 +20,8 @@ from trident.core.model.prior import Config, OperatorPrior, RegimePrior
 MIN_TYPED_TASKS = 4
 """Finished tasks on an accelerator type before its rate there is kept."""
 MIN_TASKS_FOR_SELECTIVITY = 4
+SPLIT_RATIO = 1.5
+"""Windows whose medians before and after a point differ this much make two regimes."""
 
 
 def config_of(op: OperatorSnapshot) -> Config:
@@ -31,16 +35,20 @@ class _Regime:
     first: OperatorSnapshot | None = None
     last: OperatorSnapshot | None = None
 
-    def frozen(self) -> RegimePrior:
+    def frozen(self) -> list[RegimePrior]:
+        """The regime as the next run remembers it: two when its one configuration's windows
+        stepped (:func:`levels`)."""
         rows = (self.last.rows_in_total - self.first.rows_in_total) if self.first and self.last else 0
         size = (self.last.bytes_in_total - self.first.bytes_in_total) / rows if rows > 0 else None
-        return RegimePrior(rates=tuple((c, tuple(round(w, 6) for w in ws)) for c, ws in self.windows.items()),
-                           typed=tuple(sorted(_typed(self.first, self.last).items())) if self.first else (),
-                           heap=tuple(self.heap.items()), bytes_per_row=size)
+        typed = tuple(sorted(_typed(self.first, self.last).items())) if self.first else ()
+        parts = ([{c: part} for c, ws in self.windows.items() for part in levels(ws)] if len(self.windows) == 1
+                 else [self.windows])
+        return [RegimePrior(rates=tuple((c, tuple(round(w, 6) for w in ws)) for c, ws in part.items()),
+                            typed=typed, heap=tuple(self.heap.items()), bytes_per_row=size) for part in parts]
 
 
 def learn(snapshots: list[Snapshot], decisions: list[Decision], *, run: str,
-          window_s: float = 5.0) -> dict[str, OperatorPrior]:
+          window_s: float = 2.0) -> dict[str, OperatorPrior]:
     """Each task or actor operator's lessons from one execution, by operator name (operators
     that never finished a task are left out)."""
     changes: dict[str, list[float]] = {}
@@ -103,8 +111,22 @@ def _operator(name: str, ops: list[tuple[float, OperatorSnapshot]], changes: lis
     done = last.rows_in_done_total if last.rows_in_done_total is not None else last.rows_in_total
     sel = (last.rows_out_total / done if done > 0 and last.rows_out_total > 0
            and last.tasks_finished >= MIN_TASKS_FOR_SELECTIVITY else None)
-    return OperatorPrior(name=name, run=run, regimes=tuple(r.frozen() for r in kept), cold_start_s=cold,
+    return OperatorPrior(name=name, run=run, regimes=tuple(p for r in kept for p in r.frozen()), cold_start_s=cold,
                          selectivity=sel)
+
+
+def levels(windows: list[float]) -> list[list[float]]:
+    """One configuration's windows as one level, or two where the medians before and after a
+    window are furthest apart and at least ``SPLIT_RATIO`` apart (two windows a side at least):
+    a step the policy did not call a regime change (a short run's) is still two regimes for the
+    next run to recognise."""
+    best = (0.0, 0)
+    for k in range(2, len(windows) - 1):
+        off = abs(math.log(statistics.median(windows[:k]) / statistics.median(windows[k:])))
+        best = max(best, (off, k))
+    if best[0] < math.log(SPLIT_RATIO):
+        return [windows]
+    return [windows[:best[1]], windows[best[1]:]]
 
 
 def _typed(first: OperatorSnapshot, last: OperatorSnapshot) -> dict[str, float]:

@@ -13,8 +13,9 @@ Config = tuple  # (batch_size | None, device, num_gpus)
 
 AGREE_RATIO = 1.5
 """A window within this factor of the remembered rate agrees with it (either way)."""
-DROP_WEIGHT = 0.5
-"""Below this weight (pseudo-windows) the history is set aside for the operator."""
+DROP_WEIGHT = 1.0
+"""Below this weight (pseudo-windows) the history is set aside for the operator: from a weight of
+3, by one window 1.8x or more off the remembered rate, or two 1.5x off."""
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ class OperatorPrior:
 class Belief:
     """How far a run still believes an operator's history: a weight in pseudo-windows that falls
     with every window measured more than ``AGREE_RATIO`` off the remembered rate, by the square of
-    how far off it is (at least halved: one window 4x off sets a weight of 3 aside, one 1.6x off
+    how far off it is (at least halved: one window 1.8x off sets a weight of 3 aside, one 1.6x off
     leaves it at 1.2), and the regime that matched last (``None`` after the data changed until a
     window matches one)."""
 

@@ -71,6 +71,8 @@ class OperatorTrack:
     actors did since (:meth:`Observer._old_actors_at_work`)."""
     belief: Belief | None = None
     """What earlier runs taught of the operator, as far as this run's windows agree with it."""
+    first_checked: set[ConfigKey] = field(default_factory=set)
+    """Configurations whose first tasks were held against the history (:meth:`Observer._first_tasks`)."""
 
     def measured(self, key: ConfigKey, last: int = 8) -> list[float]:
         return [r.rows_per_s for r in self.rates if r.key == key][-last:]

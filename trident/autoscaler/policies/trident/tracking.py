@@ -25,10 +25,20 @@ from trident.core.plan.placement import ANY_GPU, CPU
 from trident.autoscaler.policies.trident.records import Assumed, ConfigKey, OldActorsSpan, RateSample, key_of
 from trident.autoscaler.policies.trident.settings import TridentSettings
 from trident.autoscaler.policies.trident.shifts import ShiftChecks
-from trident.autoscaler.policies.trident.track import OperatorTrack, busy_of, counters, keep_busy_rate, progress
+from trident.autoscaler.policies.trident.track import (
+    OperatorTrack,
+    busy_of,
+    busy_rate,
+    counters,
+    keep_busy_rate,
+    progress,
+    tasks_since,
+)
 from trident.core.types import OperatorSnapshot
 from trident.core.model.prior import Belief, OperatorPrior
 
+FIRST_TASKS = 2
+"""Finished tasks of a configuration whose busy time is first held against its history."""
 MIN_TASKS_FOR_SELECTIVITY = 4
 """Finished tasks before rows out per row in is trusted (1 until then): the first tasks' counts
 run ahead of the bytes Ray has marked as processed."""
@@ -122,6 +132,7 @@ class Observer(ShiftChecks):
             tr.window = None
             return notes
         notes += self._check_stall(tr, op, key, t)
+        notes += self._first_tasks(tr, key)
         busy_s = busy_of(op)
         cur = counters(op, t)
         if tr.window is None or (op.actors_pending > 0 and busy_s is None):
@@ -177,6 +188,22 @@ class Observer(ShiftChecks):
             if shift >= self.settings.min_change:
                 notes.append(self.new_regime(tr, ev))
         return notes
+
+    def _first_tasks(self, tr: OperatorTrack, key: ConfigKey) -> list[str]:
+        """Before a first rate window, the busy time of a configuration's first ``FIRST_TASKS``
+        finished tasks is held against what earlier runs measured (once): data that behaves
+        otherwise sets the history aside, and the planner looks again seconds before a window
+        could say so."""
+        b = tr.belief
+        if b is None or not b.live or key in tr.first_checked or tr.measured(key) or tasks_since(tr, key) < FIRST_TASKS:
+            return []
+        rate = busy_rate(tr, key, self.settings.min_busy_s)
+        if rate is None:
+            return []
+        tr.first_checked.add(key)
+        note = b.see(tuple(key), rate)
+        self.changed = self.changed or bool(note)
+        return [note] if note else []
 
     def _old_actors_at_work(self, tr: OperatorTrack, op: OperatorSnapshot, t: float) -> None:
         """Measure the configuration a rolling update left by its old actors' work until the first
