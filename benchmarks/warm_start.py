@@ -47,6 +47,7 @@ from ray.data import ActorPoolStrategy  # noqa: E402
 import first_try  # noqa: E402
 import trident  # noqa: E402
 from first_try import MAX_REPLICAS, Detect, Embed, _prep  # noqa: E402
+from trident.demos.bench import wait_until_idle  # noqa: E402
 
 
 def _offset(batch, by: int):
@@ -68,6 +69,8 @@ def pipeline(rows: int, *, step: int, offset: int = 0):
 def timed(mode: str, ds, ids: range, history) -> dict:
     """One run under ``mode`` (``stock`` or trident with ``history``): wall seconds, its first plan
     and whether that plan leaned on history; every id of ``ids`` written exactly once (checked)."""
+    wait_until_idle()  # no run starts beside the last one's exiting actors
+    time.sleep(2.0)
     out = tempfile.mkdtemp(prefix="warm-start-")
     try:
         t0 = time.perf_counter()
@@ -119,10 +122,39 @@ def changed_round(rows: int, i: int, store: str) -> dict[str, dict]:
     return out
 
 
+def scenario_round(name: str, scale: float, i: int, store: str) -> dict[str, dict]:
+    """The suite's scenario ``name`` (``trident/demos/suite.py``, on its ``ray.cluster_utils.Cluster``):
+    trident first and second on ``store``, then stock Ray Data's autoscaler and trident blind."""
+    from trident.demos.suite import run_once, scenarios
+
+    sc = scenarios()[name].scaled(scale)
+    out = {}
+    order = [("first", "trident", store), ("second", "trident", store), ("stock", "ray", False),
+             ("blind", "trident", False)]
+    if i % 2:
+        order = order[:2] + order[2:][::-1]
+    for label, policy, history in order:
+        r = run_once(sc, policy, history=history)
+        if r.rows_lost or r.rows_duplicated or r.error:
+            raise AssertionError(f"{name} {label}: {r.rows_lost} rows lost, {r.rows_duplicated} duplicated, {r.error}")
+        s = r.summary or {}
+        plans = [d for d in r.record.executions[0].decisions if d.plan is not None] if r.record else []
+        out[label] = {"wall_s": r.wall_s, "oom_kills": r.oom_kills}
+        if policy == "trident":
+            out[label].update(first_plan_s=s.get("first_plan_s"), history_plans=s.get("history_plans"),
+                              first_plan_from_history=bool(plans and plans[0].history_runs),
+                              reconfigurations=s.get("reconfigurations"), prediction_error=s.get("prediction_error"),
+                              history_notes=[])
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[2_000, 16_000], help="rows (default 2000 16000)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per size (default 2)")
+    parser.add_argument("--scenarios", nargs="*", default=[], help="suite scenarios run again too (e.g. two-types)")
+    parser.add_argument("--scenario-scale", type=float, default=0.25, help="their rows' scale (default 0.25)")
+    parser.add_argument("--scenario-rounds", type=int, default=1, help="their rounds (default 1)")
     parser.add_argument("--out", default="benchmarks/results", help="results folder (default benchmarks/results)")
     parser.add_argument("--name", default="warm_start", help="results file stem (default warm_start)")
     args = parser.parse_args()
@@ -134,8 +166,10 @@ def main() -> int:
     ray.cloudpickle.register_pickle_by_value(first_try)  # the workers need not find benchmarks/ on their path
     ray.data.DataContext.get_current().enable_progress_bars = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)
-    timed("stock", pipeline(2_000, step=1_000), range(2_000), None)  # warm-up: worker processes, imports
-    runs: dict[int, dict[str, list[dict]]] = {}
+    # warm-up, untimed: worker processes, imports and trident's controller actor (kept for the next runs)
+    timed("stock", pipeline(2_000, step=1_000), range(2_000), None)
+    timed("trident", pipeline(2_000, step=1_000), range(2_000), False)
+    runs: dict[str, dict[str, list[dict]]] = {}
     folder = tempfile.mkdtemp(prefix="warm-start-history-")
     for rows in args.sizes:
         for i in range(args.rounds):
@@ -144,11 +178,28 @@ def main() -> int:
             if rows == min(args.sizes):
                 got.update(changed_round(rows, i, store))
             for name, r in got.items():
-                runs.setdefault(rows, {}).setdefault(name, []).append(r)
+                runs.setdefault(f"first try, {rows} rows", {}).setdefault(name, []).append(r)
                 print(f"{rows} rows, round {i}, {name}: {r['wall_s']:.1f} s"
                       + (f", first plan at {r['first_plan_s']:.1f} s" if r.get("first_plan_s") is not None else "")
                       + (" (from history)" if r.get("first_plan_from_history") else ""), flush=True)
     ray.shutdown()
+    if args.scenarios:
+        from trident.demos.suite import run_once, scenarios, start_cluster
+
+        cluster = start_cluster()
+        try:
+            run_once(scenarios()[args.scenarios[0]].scaled(0.0), "ray")  # warm-up: the cluster's workers
+            for name in args.scenarios:
+                for i in range(args.scenario_rounds):
+                    got = scenario_round(name, args.scenario_scale, i, os.path.join(folder, f"{name}-{i}.sqlite"))
+                    for label, r in got.items():
+                        runs.setdefault(f"{name} (scale {args.scenario_scale:g})", {}).setdefault(label, []).append(r)
+                        print(f"{name}, round {i}, {label}: {r['wall_s']:.1f} s"
+                              + (f", first plan at {r['first_plan_s']:.1f} s" if r.get("first_plan_s") is not None
+                                 else "") + (" (from history)" if r.get("first_plan_from_history") else ""), flush=True)
+        finally:
+            ray.shutdown()
+            cluster.shutdown()
     shutil.rmtree(folder, ignore_errors=True)
     result = _result(args, runs, started)
     path = os.path.join(args.out, f"{args.name}.json")
@@ -156,7 +207,7 @@ def main() -> int:
         json.dump(result, f, indent=1)
     plot(result, os.path.join(args.out, f"{args.name}.png"))
     for row in result["rows"]:
-        print(f"{row['rows']:>6} rows  {row['policy']:<26} median {row['wall_s']:6.1f} s  "
+        print(f"{row['case']:<26} {row['policy']:<24} median {row['wall_s']:6.1f} s  "
               f"{row['ratio_to_baseline']:.2f}x {row['baseline']}"
               + (f"  first plan {row['first_plan_s']:.1f} s" if row.get("first_plan_s") is not None else ""))
     print(f"wrote {path}")
@@ -168,17 +219,17 @@ BASELINE = {"first": "first", "second": "first", "stock": "first", "blind": "fir
             "changed operator": "changed operator, blind", "changed operator, blind": "changed operator, blind"}
 
 
-def _result(args, runs: dict[int, dict[str, list[dict]]], started: str) -> dict:
+def _result(args, runs: dict[str, dict[str, list[dict]]], started: str) -> dict:
     import psutil
 
     rows = []
-    for size, by_name in runs.items():
+    for case, by_name in runs.items():
         median = {n: statistics.median(r["wall_s"] for r in rs) for n, rs in by_name.items()}
         for name, rs in by_name.items():
             base = BASELINE[name]
-            row = {"policy": name, "rows": size, "baseline": base, "wall_s": median[name],
-                   "wall_s_runs": [r["wall_s"] for r in rs], "throughput_rows_per_s": size / median[name],
-                   "ratio_to_baseline": median[base] / median[name], "rows_lost": 0}
+            row = {"policy": name, "case": case, "baseline": base, "wall_s": median[name],
+                   "wall_s_runs": [r["wall_s"] for r in rs], "ratio_to_baseline": median[base] / median[name],
+                   "rows_lost": 0, **({"oom_kills": [r["oom_kills"] for r in rs]} if "oom_kills" in rs[0] else {})}
             if name == "second":
                 row["ratio_to_stock"] = median["stock"] / median[name]
                 row["ratio_to_blind"] = median["blind"] / median[name]
@@ -200,7 +251,8 @@ def _result(args, runs: dict[int, dict[str, list[dict]]], started: str) -> dict:
                     "gpus": 0, "logical_gpus": 4},
         "workload": {"name": "first try run again: task stage -> Detect, Embed (0.5 GPU, 1..6 actors), bottleneck "
                              "moves half-way", "seed": 0, "mode": "calibrated", "sizes": args.sizes,
-                     "rounds": args.rounds,
+                     "rounds": args.rounds, "scenarios": args.scenarios, "scenario_scale": args.scenario_scale,
+                     "scenario_rounds": args.scenario_rounds,
                      "stand_in": "time.sleep stands in for model work (benchmarks/first_try.py); GPUs are logical; "
                                  "ray.init(num_cpus=12, num_gpus=4)"},
         "baseline": "first (per size; the changed cases: the same input without history)",
@@ -214,10 +266,10 @@ def plot(result: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sizes = sorted({r["rows"] for r in result["rows"]})
-    fig, axes = plt.subplots(1, len(sizes), figsize=(6 * len(sizes), 4.5), squeeze=False)
-    for ax, size in zip(axes[0], sizes):
-        rows = [r for r in result["rows"] if r["rows"] == size]
+    cases = list(dict.fromkeys(r["case"] for r in result["rows"]))
+    fig, axes = plt.subplots(1, len(cases), figsize=(6 * len(cases), 4.5), squeeze=False)
+    for ax, case in zip(axes[0], cases):
+        rows = [r for r in result["rows"] if r["case"] == case]
         for i, row in enumerate(rows):
             ax.bar(i, row["wall_s"], color="tab:green" if row["policy"] in ("second", "changed data")
                    else "tab:blue" if row["policy"] == "stock" else "0.75")
@@ -228,7 +280,7 @@ def plot(result: dict, path: str) -> None:
         ax.set_xticks(range(len(rows)), [f"{r['policy']}\n{r['ratio_to_baseline']:.2f}x {r['baseline']}"
                                          for r in rows], fontsize=7, rotation=20)
         ax.set_ylabel("wall time [s] (bar: median; dots: rounds)")
-        ax.set_title(f"{size:,} rows")
+        ax.set_title(case)
     fig.suptitle("trident run again: planned from its history vs its first run, without history, stock Ray")
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -294,7 +294,9 @@ class Run:
     """Which round of the policies this run was in (``--repeat``; each round runs every policy once)."""
 
 
-def run_once(sc: Scenario, policy: str, *, interval_s: float = 1.0) -> Run:
+def run_once(sc: Scenario, policy: str, *, interval_s: float = 1.0, history: bool | str = False) -> Run:
+    """One run of ``sc`` under ``policy`` (``history``: as ``trident.autoscale``'s; off by default,
+    so that the suite's runs never teach each other)."""
     import pyarrow.parquet as pq
 
     import trident
@@ -305,7 +307,7 @@ def run_once(sc: Scenario, policy: str, *, interval_s: float = 1.0) -> Run:
     limit = int(sc.memory_limit_mb * 2**20) if sc.memory_limit_mb else None
     ds = build(sc, policy, str(work / "pids"))
     run = trident.autoscale(policy="static" if policy == "tuned" else policy, memory_limit=limit,
-                            interval_s=interval_s, controller_timeout_s=120.0, history=False)
+                            interval_s=interval_s, controller_timeout_s=120.0, history=history)
     wall_s, error, kills = write_watched(ds, run, work, limit)
     ids = pq.read_table(str(work / "out"), columns=["id"]).column("id").to_pylist() if (work / "out").exists() else []
     wait_for_exit([int(f.name) for f in (work / "pids").iterdir() if f.name.isdigit()])

@@ -37,7 +37,7 @@ from trident.autoscaler.policies.trident.track import (
 from trident.core.types import OperatorSnapshot
 from trident.core.model.prior import Belief, OperatorPrior
 
-FIRST_TASKS = 2
+FIRST_TASKS = 1
 """Finished tasks of a configuration whose busy time is first held against its history."""
 MIN_TASKS_FOR_SELECTIVITY = 4
 """Finished tasks before rows out per row in is trusted (1 until then): the first tasks' counts
