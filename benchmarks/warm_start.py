@@ -4,24 +4,27 @@ history store) beside its first run, a run without history and stock Ray Data.
 The pipeline is the first try's (``benchmarks/first_try.py``: a CPU task stage, then Detect and
 Embed, two pools of 0.5 GPU, ``ActorPoolStrategy(1, 6)``, on ``ray.init(num_cpus=12,
 num_gpus=4)``; the bottleneck moves from Embed to Detect half-way through the rows). For each
-size, in each round, on one Ray, after one untimed warm-up:
+size, with the step (``first try``) and without it (``no step``: Detect 4 ms a row and Embed
+16 ms all along), in each round, on one Ray, after an untimed warm-up:
 
 - ``first``: trident on a new, empty store (it starts blind and keeps what it learned);
 - ``second``: trident again on that store (it plans from the first run at its first step);
 - ``stock``: Ray Data without trident; ``blind``: trident with ``history=False``
   (``second`` and ``blind`` alternate their order round by round, ``stock`` between them).
 
-At the shortest size two more cases, each against ``blind`` on the same input:
+At sizes up to 4,000 rows two more cases, each against ``blind`` on the same input, with the
+history of the ``no step`` runs:
 
-- ``changed data``: the same operators (the same keys) on ids past the step, so Detect is the
-  bottleneck from the first row (a regime the first run saw second); history from a normal run;
-- ``changed operator``: Detect built with another step (a constructor argument: a new key, so
-  nothing is remembered); history from a normal run.
+- ``changed data``: the same operators (the same keys) on ids past the step, so Detect costs
+  16 ms a row and Embed 4: a regime never seen, while the history is steady;
+- ``changed operator``: Detect and Embed built with another step (a constructor argument: new
+  keys, so nothing is remembered).
 
 Every run checks that each input row was written exactly once. Writes
 benchmarks/results/warm_start.json (RESULTS.md shape) and warm_start.png.
 
-    python benchmarks/warm_start.py --sizes 2000 16000 --rounds 2
+    python benchmarks/warm_start.py --sizes 2000 --rounds 3 --scenarios two-types
+    python benchmarks/warm_start.py --sizes 16000 --rounds 1 --name warm_start-16000
 """
 from __future__ import annotations
 
@@ -98,8 +101,7 @@ def timed(mode: str, ds, ids: range, history) -> dict:
     return result
 
 
-def size_round(rows: int, i: int, store: str) -> dict[str, dict]:
-    step = rows // 2
+def size_round(rows: int, i: int, store: str, *, step: int) -> dict[str, dict]:
     ds = lambda: pipeline(rows, step=step)  # noqa: E731
     out = {"first": timed("trident", ds(), range(rows), store)}
     order = [("second", "trident", store), ("stock", "stock", None), ("blind", "trident", False)]
@@ -109,10 +111,10 @@ def size_round(rows: int, i: int, store: str) -> dict[str, dict]:
 
 
 def changed_round(rows: int, i: int, store: str) -> dict[str, dict]:
-    """``store`` holds a normal run of ``rows`` rows: the changed cases beside runs without history."""
-    step = rows // 2
-    cases = {"changed data": lambda: (pipeline(rows, step=step, offset=step), range(step, step + rows)),
-             "changed operator": lambda: (pipeline(rows, step=rows // 4), range(rows))}
+    """``store`` holds runs of ``rows`` rows without a step: the changed cases beside runs without
+    history (the data: every row past the step, a regime never seen; the operator: another step)."""
+    cases = {"changed data": lambda: (pipeline(rows, step=rows, offset=rows), range(rows, 2 * rows)),
+             "changed operator": lambda: (pipeline(rows, step=rows // 2), range(rows))}
     out = {}
     for name, make in cases.items():
         pair = [(name, store), (f"{name}, blind", False)]
@@ -173,15 +175,16 @@ def main() -> int:
     folder = tempfile.mkdtemp(prefix="warm-start-history-")
     for rows in args.sizes:
         for i in range(args.rounds):
-            store = os.path.join(folder, f"{rows}-{i}.sqlite")
-            got = size_round(rows, i, store)
-            if rows == min(args.sizes):
-                got.update(changed_round(rows, i, store))
-            for name, r in got.items():
-                runs.setdefault(f"first try, {rows} rows", {}).setdefault(name, []).append(r)
-                print(f"{rows} rows, round {i}, {name}: {r['wall_s']:.1f} s"
-                      + (f", first plan at {r['first_plan_s']:.1f} s" if r.get("first_plan_s") is not None else "")
-                      + (" (from history)" if r.get("first_plan_from_history") else ""), flush=True)
+            for case, step in ((f"first try, {rows} rows", rows // 2), (f"no step, {rows} rows", rows)):
+                store = os.path.join(folder, f"{rows}-{step}-{i}.sqlite")
+                got = size_round(rows, i, store, step=step)
+                if step == rows and rows <= CHANGED_MAX_ROWS:
+                    got.update(changed_round(rows, i, store))
+                for name, r in got.items():
+                    runs.setdefault(case, {}).setdefault(name, []).append(r)
+                    print(f"{case}, round {i}, {name}: {r['wall_s']:.1f} s"
+                          + (f", first plan at {r['first_plan_s']:.1f} s" if r.get("first_plan_s") is not None
+                             else "") + (" (from history)" if r.get("first_plan_from_history") else ""), flush=True)
     ray.shutdown()
     if args.scenarios:
         from trident.demos.suite import run_once, scenarios, start_cluster
@@ -214,6 +217,8 @@ def main() -> int:
     return 0
 
 
+CHANGED_MAX_ROWS = 4_000
+"""The changed cases run at sizes up to this."""
 BASELINE = {"first": "first", "second": "first", "stock": "first", "blind": "first",
             "changed data": "changed data, blind", "changed data, blind": "changed data, blind",
             "changed operator": "changed operator, blind", "changed operator, blind": "changed operator, blind"}
@@ -250,7 +255,7 @@ def _result(args, runs: dict[str, dict[str, list[dict]]], started: str) -> dict:
         "machine": {"cpus": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30),
                     "gpus": 0, "logical_gpus": 4},
         "workload": {"name": "first try run again: task stage -> Detect, Embed (0.5 GPU, 1..6 actors), bottleneck "
-                             "moves half-way", "seed": 0, "mode": "calibrated", "sizes": args.sizes,
+                             "moves half-way (or no step)", "seed": 0, "mode": "calibrated", "sizes": args.sizes,
                      "rounds": args.rounds, "scenarios": args.scenarios, "scenario_scale": args.scenario_scale,
                      "scenario_rounds": args.scenario_rounds,
                      "stand_in": "time.sleep stands in for model work (benchmarks/first_try.py); GPUs are logical; "

@@ -84,7 +84,7 @@ def test_a_regime_seen_before_is_recognised_after_the_data_changes():
     belief.data_changed()
     assert belief.rate(cfg) is None  # nothing believed until a window matches
     note = belief.see(cfg, 10.4)
-    assert "matches regime 2 of run r1" in note
+    assert "matches regime 2 of 2 remembered from run r1" in note
     assert belief.rate(cfg) == pytest.approx(10.5)
     assert belief.see(cfg, 16.8) == "" and belief.live  # one window 1.6x off: the weight falls, not all of it
     assert 0.5 < belief.weight < 1.5
@@ -155,3 +155,15 @@ def test_a_step_the_run_did_not_call_a_regime_change_is_remembered_as_two_regime
     assert levels([40.0, 41.0, 39.0, 40.5]) == [[40.0, 41.0, 39.0, 40.5]]
     assert levels([40.0, 41.0, 39.0, 10.0, 11.0, 10.5]) == [[40.0, 41.0, 39.0], [10.0, 11.0, 10.5]]
     assert levels([40.0, 10.0, 11.0]) == [[40.0, 10.0, 11.0]]  # one window is not a level
+
+
+def test_an_operator_whose_data_varied_is_believed_only_once_a_measure_names_its_regime():
+    cfg = (32, "A", 1.0)
+    assert Belief(_prior([40.0, 41.0, 39.0])).rate(cfg) == 40.0  # steady: believed from the start
+    spread = Belief(_prior([20.0, 40.0, 90.0, 41.0]))  # one regime, windows spread 2x and more
+    stepped = Belief(_prior([40.0, 40.0], [10.0, 11.0]))  # two regimes
+    for belief in (spread, stepped):
+        assert belief.rate(cfg) is None and belief.open
+    note = stepped.see(cfg, 10.2)
+    assert "matches regime 2 of 2 remembered from run r1" in note and stepped.rate(cfg) == pytest.approx(10.5)
+    assert spread.see(cfg, 200.0) == "" and spread.rate(cfg) is None  # matches nothing: learned from this run

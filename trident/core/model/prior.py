@@ -7,7 +7,7 @@ A configuration is ``(batch_size, device, num_gpus)``: the device is ``"cpu"``, 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 Config = tuple  # (batch_size | None, device, num_gpus)
 
@@ -55,6 +55,21 @@ class OperatorPrior:
     """Runs of this fingerprint the store holds."""
 
 
+def steady(prior: OperatorPrior) -> bool:
+    """Whether ``prior`` says what a run will start at: one regime, whose windows (the first left
+    out where there are three or more: it is often a start's) stay within ``AGREE_RATIO`` of their
+    median. An operator whose data varied (two regimes, or windows spread wider) is believed only
+    once a measure of this run matches one of its regimes."""
+    if len(prior.regimes) != 1:
+        return False
+    for _, windows in prior.regimes[0].rates:
+        w = list(windows[1:] if len(windows) >= 3 else windows)
+        m = _median(tuple(w))
+        if m <= 0 or not all(_agrees(x, m) for x in w):
+            return False
+    return True
+
+
 @dataclass
 class Belief:
     """How far a run still believes an operator's history: a weight in pseudo-windows that falls
@@ -65,14 +80,23 @@ class Belief:
 
     prior: OperatorPrior
     weight: float = 3.0
-    active: int | None = 0
+    active: int | None = None
     agreed: int = 0
     contrary: int = 0
-    notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.active is None and steady(self.prior):
+            self.active = 0
+
+    @property
+    def open(self) -> bool:
+        """Whether the history may still be believed (not set aside)."""
+        return self.weight >= DROP_WEIGHT
 
     @property
     def live(self) -> bool:
-        return self.active is not None and self.weight >= DROP_WEIGHT
+        """Whether a regime is believed now."""
+        return self.active is not None and self.open
 
     @property
     def regime(self) -> RegimePrior | None:
@@ -101,10 +125,11 @@ class Belief:
         if p is not None and _agrees(rate, p):
             self.agreed += 1
             return ""
-        match = self._match(config, rate)
+        match = self._match(config, rate) if self.open else None
         if match is not None and match != self.active:
             self.active, self.weight = match, max(self.weight, 3.0)
-            return (f"{self.prior.name}: {rate:.3g} rows/s per replica matches regime {match + 1} of run "
+            return (f"{self.prior.name}: {rate:.3g} rows/s per replica matches regime {match + 1} of "
+                    f"{len(self.prior.regimes)} remembered from run "
                     f"{self.prior.run} ({self.prior.regimes[match].rate(config):.3g}): its history is used")
         if p is None:
             return ""

@@ -41,10 +41,10 @@ class TridentSettings:
     max_rate_window_s: float = 60.0
     """Longest a measurement waits for the rows of a busy operator's long batch (seconds)."""
     min_rate_windows: int = 3
-    history_weight: float = 3.0
-    """Windows an earlier run's rate counts as, beside this run's first ones (halved by every
-    window far off it: :class:`~trident.core.model.prior.Belief`)."""
     """Measurements of a configuration after which its median rate replaces the busy-time rate."""
+    history_weight: float = 3.0
+    """Windows an earlier run's rate counts as, beside this run's first ones (it falls with every
+    measure far off it: :class:`~trident.core.model.prior.Belief`)."""
     min_busy_s: float = 0.5
     """Busy replica-seconds of finished tasks needed before a busy-time rate is planned with."""
     refit_interval_s: float = 120.0

@@ -192,10 +192,10 @@ class Observer(ShiftChecks):
     def _first_tasks(self, tr: OperatorTrack, key: ConfigKey) -> list[str]:
         """Before a first rate window, the busy time of a configuration's first ``FIRST_TASKS``
         finished tasks is held against what earlier runs measured (once): data that behaves
-        otherwise sets the history aside, and the planner looks again seconds before a window
-        could say so."""
+        otherwise sets the history aside, a match names the regime to believe where the history
+        held several, and the planner looks again seconds before a window could say so."""
         b = tr.belief
-        if b is None or not b.live or key in tr.first_checked or tr.measured(key) or tasks_since(tr, key) < FIRST_TASKS:
+        if b is None or not b.open or key in tr.first_checked or tr.measured(key) or tasks_since(tr, key) < FIRST_TASKS:
             return []
         rate = busy_rate(tr, key, self.settings.min_busy_s)
         if rate is None:
