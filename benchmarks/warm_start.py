@@ -282,11 +282,12 @@ def plot(result: dict, path: str) -> None:
             if row.get("first_plan_s") is not None:
                 ax.annotate(f"plan {row['first_plan_s']:.1f}s", (i, row["wall_s"]), ha="center", va="bottom",
                             fontsize=7)
-        ax.set_xticks(range(len(rows)), [f"{r['policy']}\n{r['ratio_to_baseline']:.2f}x {r['baseline']}"
-                                         for r in rows], fontsize=7, rotation=20)
+        ax.set_xticks(range(len(rows)), [r["policy"].replace(", ", " ").replace(" ", "\n") + f"\n{r['ratio_to_baseline']:.2f}x"
+                                         for r in rows], fontsize=7)
         ax.set_ylabel("wall time [s] (bar: median; dots: rounds)")
         ax.set_title(case)
-    fig.suptitle("trident run again: planned from its history vs its first run, without history, stock Ray")
+    fig.suptitle("trident run again: planned from its history beside its first run, a run without history "
+                 "(blind) and stock Ray (ratios to first; a changed case's to its blind run)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
