@@ -8,9 +8,10 @@ size, with the step (``first try``) and without it (``no step``: Detect 4 ms a r
 16 ms all along), in each round, on one Ray, after an untimed warm-up:
 
 - ``first``: trident on a new, empty store (it starts blind and keeps what it learned);
-- ``second``: trident again on that store (it plans from the first run at its first step);
-- ``stock``: Ray Data without trident; ``blind``: trident with ``history=False``
-  (``second`` and ``blind`` alternate their order round by round, ``stock`` between them).
+- ``second``, ``third``: trident again on that store (they plan from the runs before at their
+  first step);
+- ``stock``: Ray Data without trident; ``blind``: trident with ``history=False`` (the two
+  alternate their order round by round).
 
 At sizes up to 4,000 rows two more cases, each against ``blind`` on the same input, with the
 history of the ``no step`` runs:
@@ -104,8 +105,9 @@ def timed(mode: str, ds, ids: range, history) -> dict:
 def size_round(rows: int, i: int, store: str, *, step: int) -> dict[str, dict]:
     ds = lambda: pipeline(rows, step=step)  # noqa: E731
     out = {"first": timed("trident", ds(), range(rows), store)}
-    order = [("second", "trident", store), ("stock", "stock", None), ("blind", "trident", False)]
-    for name, mode, history in (order if i % 2 == 0 else order[::-1]):
+    order = [("second", "trident", store), ("third", "trident", store), ("stock", "stock", None),
+             ("blind", "trident", False)]
+    for name, mode, history in (order if i % 2 == 0 else order[:2] + order[2:][::-1]):
         out[name] = timed(mode, ds(), range(rows), history)
     return out
 
@@ -219,7 +221,7 @@ def main() -> int:
 
 CHANGED_MAX_ROWS = 4_000
 """The changed cases run at sizes up to this."""
-BASELINE = {"first": "first", "second": "first", "stock": "first", "blind": "first",
+BASELINE = {"first": "first", "second": "first", "third": "first", "stock": "first", "blind": "first",
             "changed data": "changed data, blind", "changed data, blind": "changed data, blind",
             "changed operator": "changed operator, blind", "changed operator, blind": "changed operator, blind"}
 
@@ -235,7 +237,7 @@ def _result(args, runs: dict[str, dict[str, list[dict]]], started: str) -> dict:
             row = {"policy": name, "case": case, "baseline": base, "wall_s": median[name],
                    "wall_s_runs": [r["wall_s"] for r in rs], "ratio_to_baseline": median[base] / median[name],
                    "rows_lost": 0, **({"oom_kills": [r["oom_kills"] for r in rs]} if "oom_kills" in rs[0] else {})}
-            if name == "second":
+            if name in ("second", "third"):
                 row["ratio_to_stock"] = median["stock"] / median[name]
                 row["ratio_to_blind"] = median["blind"] / median[name]
             if "first_plan_s" in rs[0]:
@@ -276,7 +278,7 @@ def plot(result: dict, path: str) -> None:
     for ax, case in zip(axes[0], cases):
         rows = [r for r in result["rows"] if r["case"] == case]
         for i, row in enumerate(rows):
-            ax.bar(i, row["wall_s"], color="tab:green" if row["policy"] in ("second", "changed data")
+            ax.bar(i, row["wall_s"], color="tab:green" if row["policy"] in ("second", "third", "changed data")
                    else "tab:blue" if row["policy"] == "stock" else "0.75")
             ax.plot([i] * len(row["wall_s_runs"]), row["wall_s_runs"], "ko", ms=4)
             if row.get("first_plan_s") is not None:

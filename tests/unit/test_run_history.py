@@ -160,6 +160,7 @@ def test_a_step_the_run_did_not_call_a_regime_change_is_remembered_as_two_regime
 def test_an_operator_whose_data_varied_is_believed_only_once_a_measure_names_its_regime():
     cfg = (32, "A", 1.0)
     assert Belief(_prior([40.0, 41.0, 39.0])).rate(cfg) == 40.0  # steady: believed from the start
+    assert Belief(_prior([40.0, 41.0], [44.0, 45.0], [38.0])).rate(cfg) == 40.5  # runs that agree: steady too
     spread = Belief(_prior([20.0, 40.0, 90.0, 41.0]))  # one regime, windows spread 2x and more
     stepped = Belief(_prior([40.0, 40.0], [10.0, 11.0]))  # two regimes
     for belief in (spread, stepped):

@@ -56,18 +56,22 @@ class OperatorPrior:
 
 
 def steady(prior: OperatorPrior) -> bool:
-    """Whether ``prior`` says what a run will start at: one regime, whose windows (the first left
-    out where there are three or more: it is often a start's) stay within ``AGREE_RATIO`` of their
-    median. An operator whose data varied (two regimes, or windows spread wider) is believed only
-    once a measure of this run matches one of its regimes."""
-    if len(prior.regimes) != 1:
+    """Whether ``prior`` says what a run will start at: the latest run's first regime, whose
+    windows (the first left out where there are three or more: it is often a start's) stay within
+    ``AGREE_RATIO`` of their median, and every other regime kept (a later one of that run, or an
+    earlier run's) within ``AGREE_RATIO`` of it. An operator whose data varied (a step inside a
+    run, windows spread wider, runs that disagree) is believed only once a measure of this run
+    matches one of its regimes."""
+    first = prior.regimes[0] if prior.regimes else None
+    if first is None:
         return False
-    for _, windows in prior.regimes[0].rates:
-        w = list(windows[1:] if len(windows) >= 3 else windows)
-        m = _median(tuple(w))
+    for _, windows in first.rates:
+        w = tuple(windows[1:] if len(windows) >= 3 else windows)
+        m = _median(w)
         if m <= 0 or not all(_agrees(x, m) for x in w):
             return False
-    return True
+    return all(_agrees(b, a) for r in prior.regimes[1:] for c, _ in r.rates
+               if (a := first.rate(c)) is not None and (b := r.rate(c)) is not None)
 
 
 @dataclass
