@@ -115,7 +115,7 @@ def test_lessons_read_from_a_run_are_its_rates_heap_and_cold_start():
     assert ocr.regimes[0].heap_of((16, "A", 1.0)) >= GiB
 
 
-def test_a_second_run_plans_from_the_first_at_its_first_step_by_a_step_then_in_full():
+def test_a_second_run_plans_from_the_first_at_its_first_step_and_finishes_sooner():
     first = simulate(_spec(), policy="trident", seed=1)
     priors = tuple(learn(list(first.snapshots), list(first.decisions), run="r1").values())
     second = simulate(_spec(), policy="trident", seed=2, context=PolicyContext(priors=priors))
@@ -123,11 +123,7 @@ def test_a_second_run_plans_from_the_first_at_its_first_step_by_a_step_then_in_f
     plan = _first_plan(second)
     assert plan.history_runs == ("r1",) and "history of run r1" in plan.reason
     assert plan.time_s <= 1.0 < _first_plan(blind).time_s
-    # on the history alone each pool grows by one replica; the full plan follows the first tasks
-    assert [t.replicas for t in plan.plan.targets if t.name in ("ocr", "embed")] == [2, 2]
-    full = next(d for d in second.decisions if d.plan is not None and d.time_s > plan.time_s)
-    assert full.time_s <= _first_plan(blind).time_s + 1.0 and "history of run r1" in full.reason
-    assert second.finished and second.wall_s <= blind.wall_s
+    assert second.finished and second.wall_s < blind.wall_s
 
 
 def test_data_that_behaves_otherwise_sets_the_history_aside_and_costs_nothing():

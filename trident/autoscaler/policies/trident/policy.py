@@ -234,8 +234,7 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         if not result.changed:  # the allocation is settled: tune the bottleneck's batch size
             self._bound(ops, {o.name: o.config.replicas for o in ops if self._estimated(o, planning)}, "the plan")
             return self._tune(snap, ops, prob, planning, now, notes, result.reason)
-        sizes = problem.sizes(ops, result.allocation, planning.rates)  # a plan on history alone grows by steps
-        targets = problem.targets(ops, result.allocation, sizes)
+        targets = problem.targets(ops, result.allocation)
         tuner_before = self._tuner_state()
         targets, trial = self._fold_trial(snap, ops, prob, planning, result.allocation, targets)
         # a current plan that breaks a bound (a cap learned from actors that could not be placed)
@@ -260,7 +259,8 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         if not rollout.go:  # the allocation stays as it is: the batch-size search may still move
             self._restore_tuner(tuner_before)  # a folded trial that does not run is not counted
             return self._tune(snap, ops, prob, planning, now, [*notes, result.reason], rollout.reason)
-        self._bound(ops, {o.name: sizes[o.name] for o in ops if self._estimated(o, planning)}, "the plan")
+        self._bound(ops, {o.name: result.allocation.replicas(o.name) for o in ops if self._estimated(o, planning)},
+                    "the plan")
         if trial is not None:
             self.bounds[trial.target.name] = Bounds(lo=trial.target.replicas, hi=trial.target.replicas,
                                                     why="the batch-size trial")

@@ -360,40 +360,16 @@ def remaining_s(snap: Snapshot, problem: PlacementProblem, tracks: dict[str, Ope
     return left / t
 
 
-HISTORY_STEP = 1
-"""Replicas a pool grows by, at most, in a plan that rests on earlier runs alone (no pool of this
-run has finished a task yet)."""
-
-
-def sizes(ops: list[OperatorSnapshot], alloc: Allocation, rates: dict[str, Estimate]) -> dict[str, int]:
-    """Each operator's planned replicas. While every actor pool's rate is an earlier run's alone,
-    a pool grows by at most ``HISTORY_STEP`` replicas: data that behaves otherwise would waste the
-    cold starts of the rest (first try without the step, every key known, every row 4x dearer for
-    Detect: 13.1-13.3 s where a run without history took 10.1-10.6), and the planner looks again
-    as soon as the first tasks have held the history against this run (:meth:`Observer._first_tasks`)."""
-    pools = [o for o in ops if o.config.kind == "actor" and o.name in rates]
-    alone = bool(pools) and all(rates[o.name].source == "history" for o in pools)
-    out = {}
-    for o in ops:
-        n = alloc.replicas(o.name)
-        if alone and o.config.kind == "actor" and o.config.replicas is not None:
-            n = min(n, max(o.config.replicas + HISTORY_STEP, o.config.min_replicas))
-        out[o.name] = n
-    return out
-
-
-def targets(ops: list[OperatorSnapshot], alloc: Allocation,
-            sizes: dict[str, int] | None = None) -> tuple[OperatorTarget, ...]:
-    """The allocation's changes as operator targets (replicas as ``sizes`` has them, else as the
-    allocation has them, and accelerator
-    type where it moves). An unpinned pool is pinned when the plan puts all its replicas on one type
-    (its actors already there stay: the rolling update replaces only those elsewhere), so that its
+def targets(ops: list[OperatorSnapshot], alloc: Allocation) -> tuple[OperatorTarget, ...]:
+    """The allocation's changes as operator targets (replicas, and accelerator type where it
+    moves). An unpinned pool is pinned when the plan puts all its replicas on one type (its
+    actors already there stay: the rolling update replaces only those elsewhere), so that its
     new actors cannot take the GPUs another pool is moving to."""
     out = []
     for o in ops:
         if o.config.replicas is None:
             continue
-        n = sizes[o.name] if sizes is not None else alloc.replicas(o.name)
+        n = alloc.replicas(o.name)
         devices = [d for d, c in alloc.by_device(o.name).items() if c > 0]
         device = devices[0] if len(devices) == 1 else None
         if device not in (None, CPU, ANY_GPU) and device != o.config.accelerator_type:
