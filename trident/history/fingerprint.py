@@ -56,7 +56,7 @@ def udf_parts(logical: Any) -> dict[str, Any]:
     parts: dict[str, Any] = {"op": type(logical).__name__}
     fn = getattr(logical, "fn", None)
     if fn is not None:
-        target = fn if isinstance(fn, type) or callable(fn) and hasattr(fn, "__code__") else type(fn)
+        target = fn if isinstance(fn, type) or (callable(fn) and hasattr(fn, "__code__")) else type(fn)
         parts["udf"] = f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', repr(target))}"
         parts["code"] = code_hash(target)
         parts["args"] = value_hash([getattr(logical, a, None) for a in (

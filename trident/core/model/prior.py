@@ -85,10 +85,10 @@ class Belief:
     prior: OperatorPrior
     weight: float = 3.0
     active: int | None = None
-    agreed: int = 0
     contrary: int = 0
 
     def __post_init__(self) -> None:
+        self.start_weight = self.weight
         if self.active is None and steady(self.prior):
             self.active = 0
 
@@ -127,11 +127,10 @@ class Belief:
             return ""
         p = self.rate(config)
         if p is not None and _agrees(rate, p):
-            self.agreed += 1
             return ""
         match = self._match(config, rate) if self.open else None
         if match is not None and match != self.active:
-            self.active, self.weight = match, max(self.weight, 3.0)
+            self.active, self.weight = match, max(self.weight, self.start_weight)
             return (f"{self.prior.name}: {rate:.3g} rows/s per replica matches regime {match + 1} of "
                     f"{len(self.prior.regimes)} remembered from run "
                     f"{self.prior.run} ({self.prior.regimes[match].rate(config):.3g}): its history is used")
