@@ -98,7 +98,7 @@ def timed(mode: str, ds, ids: range, history) -> dict:
                       first_plan_from_history=bool(plans and plans[0].history_runs),
                       reconfigurations=s["reconfigurations"], prediction_error=s["prediction_error"],
                       history_notes=[n for d in run.record.executions[0].decisions for n in d.notes
-                                     if "regime" in n and "of run" in n or "set aside" in n][:4])
+                                     if ("regime" in n and "of run" in n) or "set aside" in n][:4])
     return result
 
 

@@ -78,8 +78,8 @@ def _operator(name: str, ops: list[tuple[float, OperatorSnapshot]], changes: lis
     start: tuple[float, OperatorSnapshot] | None = None
     pending_since, cold = None, None
     for t, op in ops:
-        if changes and t >= changes[0]:  # the policy saw this operator's data change
-            changes.pop(0)
+        if changes and t >= changes[0]:  # the policy saw this operator's data change (once or more since)
+            changes = [c for c in changes if c > t]
             regimes.append(_Regime())
             start = None
         reg = regimes[-1]

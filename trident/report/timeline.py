@@ -39,9 +39,11 @@ def _history_lines(e: ExecutionRecord, checks: list) -> list[str]:
     for d in used:
         c = by_time.get(d.time_s)
         out = c.output if c is not None else None
-        seen = (f"predicted {out[1]:.3g} rows/s, measured {out[2]:.3g}" + (f" ({c.error:.0%} off)" if c.error is not None
-                                                                           else "")
-                if out is not None else "not measured (its targets were not all reached before the next plan)")
+        if out is None:
+            seen = "not measured (its targets were not all reached before the next plan)"
+        else:
+            seen = f"predicted {out[1]:.3g} rows/s, measured {out[2]:.3g}"
+            seen += f" ({c.error:.0%} off)" if c.error is not None else ""
         lines.append(f"    t={d.time_s:7.1f}s plan #{d.plan.seq} from the history of run {', '.join(d.history_runs)}: "
                      + seen)
     return lines

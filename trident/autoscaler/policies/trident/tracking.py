@@ -32,13 +32,10 @@ from trident.autoscaler.policies.trident.track import (
     counters,
     keep_busy_rate,
     progress,
-    tasks_since,
 )
 from trident.core.types import OperatorSnapshot
 from trident.core.model.prior import Belief, OperatorPrior
 
-FIRST_TASKS = 1
-"""Finished tasks of a configuration whose busy time is first held against its history."""
 MIN_TASKS_FOR_SELECTIVITY = 4
 """Finished tasks before rows out per row in is trusted (1 until then): the first tasks' counts
 run ahead of the bytes Ray has marked as processed."""
@@ -190,14 +187,14 @@ class Observer(ShiftChecks):
         return notes
 
     def _first_tasks(self, tr: OperatorTrack, key: ConfigKey) -> list[str]:
-        """Before a first rate window, the busy time of a configuration's first ``FIRST_TASKS``
-        finished tasks is held against what earlier runs measured (once): data that behaves
+        """Before a first rate window, the busy time of a configuration's first finished tasks
+        (``min_busy_s`` of it) is held against what earlier runs measured (once): data that behaves
         otherwise sets the history aside, a match names the regime to believe where the history
         held several, and the planner looks again seconds before a window could say so."""
         b = tr.belief
-        if b is None or not b.open or key in tr.first_checked or tr.measured(key) or tasks_since(tr, key) < FIRST_TASKS:
+        if b is None or not b.open or key in tr.first_checked or tr.measured(key):
             return []
-        rate = busy_rate(tr, key, self.settings.min_busy_s)
+        rate = busy_rate(tr, key, self.settings.min_busy_s)  # rows out of finished tasks, min_busy_s of them
         if rate is None:
             return []
         tr.first_checked.add(key)
