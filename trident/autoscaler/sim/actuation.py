@@ -42,6 +42,8 @@ class _OpState:
     queue_rows: float = 0.0
     rows_in: float = 0.0
     rows_out: float = 0.0
+    tasks: float = 0.0
+    """Tasks finished: input rows over the rows of one task (a batch, or a block for a task operator)."""
     bytes_in: float = 0.0
     busy_s: float = 0.0
     failed: int = 0

@@ -164,6 +164,7 @@ class PipelineSim(Actuation):
             else:
                 st.queue_rows -= done
             st.rows_in += done
+            st.tasks += done / (st.batch_size or self.spec.rows_per_block)
             st.bytes_in += done * self.spec.input_bytes_per_row * reg.bytes_per_row_scale
             st.rows_out += done * spec.selectivity
             if i + 1 < len(self.ops):
@@ -196,7 +197,7 @@ class PipelineSim(Actuation):
                 rows_out_total=int(st.rows_out), bytes_out_total=int(bytes_out),
                 rows_out_per_s=rate_out, bytes_out_per_s=(bytes_out - st.last_bytes_out) / self.interval_s,
                 rows_in_total=int(st.rows_in), bytes_in_total=int(st.bytes_in),
-                tasks_running=warm_n if queue > 0 else 0, tasks_failed=st.failed,
+                tasks_running=warm_n if queue > 0 else 0, tasks_finished=int(st.tasks), tasks_failed=st.failed,
                 input_queue_blocks=int(queue // self.spec.rows_per_block),
                 input_queue_bytes=int(queue * self.spec.input_bytes_per_row * reg.bytes_per_row_scale),
                 actors_running=warm_n if spec.kind == "actor" else 0,
