@@ -352,3 +352,38 @@ def _slots_sim(running: int, target: int, slots: int) -> list[tuple[int, int, in
 @pytest.mark.parametrize("actuate", [_slots_shim, _slots_sim], ids=["shim", "sim"])
 def test_at_most_the_start_slots_start_at_once_and_the_rest_follow(actuate):
     assert actuate(running=2, target=5, slots=2) == [(2, 2, 1), (4, 1, 0)]
+
+
+def test_a_rolling_update_that_shrinks_the_pool_retires_every_old_actor_on_the_shim():
+    """5 old actors updated to 2 new ones: once both are up, all 5 old ones go (one per new
+    actor up left 3 old ones serving, past the plan and the memory limit)."""
+    from trident.autoscaler.shim.rollout import Rollout
+
+    op, pool = _fake_op(5)
+    roll = Rollout(op=op, target=OperatorTarget(name="m", replicas=2, accelerator_type="B"), size=2)
+    for step in range(10):
+        roll.step(float(step))
+        for a in pool.trident_retiring:  # drained actors finish their tasks
+            pool._running_actors[a].num_tasks_in_flight = 0
+        for k in range(pool.pending):  # starting actors come up
+            pool._running_actors[f"new{step}-{k}"] = type(pool._running_actors[next(iter(pool._running_actors))])(0)
+        pool.pending = 0
+        if roll.done:
+            break
+    assert roll.done and len(pool._running_actors) == 2
+
+
+def test_a_rolling_update_that_shrinks_the_pool_retires_every_old_replica_on_the_simulator():
+    model = SimOperator(name="model", kind="actor", peak_rows_per_s=(("A", 10.0),), replicas=5, max_replicas=8,
+                        num_gpus=1, accelerator_type="A", batch_size=10, cold_start_s=1.0)
+    src = SimOperator(name="read", kind="task", peak_rows_per_s=(("cpu", 1e4),), replicas=1)
+    spec = PipelineSpec(operators=(src, model), nodes=(SimNodes(count=1, cpus=64, gpus=8, gpu_type="A"),),
+                        total_rows=100_000, noise=0.0, spike_prob=0.0)
+    sim = PipelineSim(spec, policy="ray")
+    for _ in range(4):
+        sim._advance(0.5)
+    st = sim.ops[1]
+    sim._apply(OperatorTarget(name="model", batch_size=20, replicas=2))
+    for _ in range(20):
+        sim._advance(0.5)
+    assert sum(g.count for g in st.groups) == 2 and all(g.batch_size == 20 for g in st.groups), st.groups

@@ -1,6 +1,7 @@
 """The ``trident`` policy on the fluid simulator and on hand-built snapshots."""
 import re
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
@@ -307,7 +308,8 @@ def test_an_operator_with_rows_queued_before_it_is_planned_for_the_work_it_has_l
                         cluster=ClusterView(cpus=16, gpus=4))
 
     def demands(s, sels=(1.0, 1.0), embed_rows_per_s=94.0):
-        return problem.work_left(s, list(s.operators), list(sels), capacity=[50.0, embed_rows_per_s],
+        tracks = {o.name: SimpleNamespace(selectivity=sel) for o, sel in zip(s.operators, sels)}
+        return problem.work_left(s, list(s.operators), list(sels), tracks, capacity=[50.0, embed_rows_per_s],
                                  cold_start_s=[3.0, 3.0])
 
     assert demands(snap(9_400, 7_400)) == pytest.approx([2600 / 4600, 1.0])

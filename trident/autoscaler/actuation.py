@@ -301,11 +301,14 @@ def _order(steps: list[RolloutStep], current: dict[str, OperatorConfig], inputs:
             if gpus_each > 0:
                 _take_node_cpus(free, accel, need_cpu)
             ordered.append(s)
-        elif s.action == "update" and _type_move(s, cfg) and not _holds_wanted_room(s, ups, current, inputs, free):
+        elif (s.action == "update" and _type_move(s, cfg) and need_mem <= free["memory"]
+              and not _holds_wanted_room(s, ups, current, inputs, free)):
             # the pool's old actors hold no room another step waits for: a swap would only idle them.
             # Its new actors wait for room on their type while the old ones serve (two-types: Embed's
             # two old actors on B left at once for four new ones waiting on A, where Detect's old
-            # actors were leaving, and Embed ran none for 12 s)
+            # actors were leaving, and Embed ran none for 12 s). Not past the memory limit: old and
+            # new side by side would be OOM-killed (seed 13 of the generated scenarios: 11 new
+            # actors of 3 GiB beside 4 old ones under a 24 GiB limit)
             ordered.append(s)
         elif s.action == "update" and not downs:  # nothing drains to make room: old and new trade places
             ordered.append(RolloutStep(**{**s.__dict__, "target": replace(s.target, swap=True),

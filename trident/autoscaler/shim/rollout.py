@@ -218,7 +218,10 @@ class Rollout:
         what happened (for the run record).
 
         New actors are started up to the target at once, past Ray Data's per-operator budget
-        (the surge is temporary: each new actor that is up retires an old one). Old actors on
+        (the surge is temporary: each new actor that is up retires an old one, and the old ones
+        left once the new pool is complete all retire: an update that shrinks 5 actors to 2 kept
+        3 old ones serving, past the plan and the memory limit, on seed 52 of the generated
+        scenarios). Old actors on
         nodes of the accelerator type the update moves to go first, and at once while new actors
         wait for room (they hold the GPUs the new ones need). If no new actor has come up
         ``pending_guard_s`` after the surge began and the cluster has no room for the pending ones
@@ -243,6 +246,8 @@ class Rollout:
         draining = self.old & pool.trident_retiring
         serving = sorted(self.old - pool.trident_retiring, key=lambda a: not self._on_target_type(a))
         to_retire = min(len(serving), max(0, new_running - self.retired))
+        if new_running + len(self.kept) >= self.size:  # the new pool is complete: every old actor goes
+            to_retire = len(serving)
         if self.kept:  # old actors beyond the target once the kept ones count: surplus at once
             to_retire = min(len(serving), max(to_retire, len(self.kept) + new_running + len(serving) - self.size))
         in_the_way = sum(1 for a in serving if self._on_target_type(a))

@@ -8,7 +8,7 @@ leave GPU actors pending. A replica without GPUs goes to a node without GPUs whi
 else to the node with the most free CPUs."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from trident.autoscaler.actuation import PENDING_GUARD_S, swap_window
 from trident.autoscaler.sim.model import SimOperator
@@ -44,6 +44,8 @@ class _OpState:
     rows_out: float = 0.0
     tasks: float = 0.0
     """Tasks finished: input rows over the rows of one task (a batch, or a block for a task operator)."""
+    by_type: dict[str, list[float]] = field(default_factory=dict)
+    """Per accelerator type of the nodes a GPU pool ran on: [busy replica-seconds, tasks finished]."""
     bytes_in: float = 0.0
     busy_s: float = 0.0
     failed: int = 0
@@ -228,7 +230,7 @@ class Actuation:
 
     def _finish_rollouts(self) -> None:
         """Release drained replicas whose batch is done; in a rolling update retire one old
-        replica for each new one that is warm, and one to make room when no new replica has
+        replica for each new one that is warm (all that are left once the new pool is complete), and one to make room when no new replica has
         started for ``PENDING_GUARD_S`` (as the shim's :class:`~trident.autoscaler.shim.rollout.Rollout`)."""
         for st in self.ops:
             st.groups = [g for g in st.groups if g.release_at_s is None or g.release_at_s > self.time_s]
@@ -245,6 +247,8 @@ class Actuation:
                            and g.release_at_s is None)
             k = max(0, warm_new - st.retired)
             kept = sum(g.count for g in st.groups if g.kept and g.release_at_s is None)
+            if warm_new + kept >= st.config_replicas:  # the new pool is complete: every old replica goes
+                k = sum(g.count for g in old)
             if kept:  # old replicas beyond the target once the kept ones count: at once
                 k = max(k, kept + warm_new + sum(g.count for g in old) - st.config_replicas)
             started = any(not g.retiring and not g.kept and g.ready_at_s is not None for g in st.groups)

@@ -43,7 +43,7 @@ from trident.autoscaler.sim.model import (  # noqa: F401 - the public names of t
     SimNodes,
     SimOperator,
 )
-from trident.core.types import Decision, OperatorConfig, OperatorSnapshot, Snapshot
+from trident.core.types import Decision, OperatorConfig, OperatorSnapshot, Snapshot, TypeUsage
 
 
 @dataclass(frozen=True)
@@ -143,10 +143,9 @@ class PipelineSim(Actuation):
             spec, reg = st.spec, self._regime(i, st)
             upstream_done = i == 0 or self.ops[i - 1].completed
             avail = self.source_left if i == 0 else st.queue_rows
-            cap = 0.0
-            for g in self._warm(st):
-                dev = spec.device(g.gpu_type or g.accelerator_type, g.num_gpus)
-                cap += g.count * spec.rate_rows_per_s(dev, g.batch_size, reg)
+            caps = [(g, g.count * spec.rate_rows_per_s(spec.device(g.gpu_type or g.accelerator_type, g.num_gpus),
+                                                        g.batch_size, reg)) for g in self._warm(st)]
+            cap = sum(c for _, c in caps)
             speed = math.exp(self.rng.normal(0.0, self.spec.noise) - self.spec.noise ** 2 / 2)
             if self.rng.random() < self.spec.spike_prob:
                 speed *= self.rng.uniform(1.5, 2.5)
@@ -159,6 +158,11 @@ class PipelineSim(Actuation):
             st.utilisation = done / (cap * dt) if cap > 0 else 0.0
             warm_n = sum(g.count for g in self._warm(st))
             st.busy_s += (done / cap * warm_n) if cap > 0 else 0.0
+            for g, c in caps:  # every replica as busy as the pool; each group's share of the rows
+                if g.gpu_type is not None and cap > 0:
+                    used = st.by_type.setdefault(g.gpu_type, [0.0, 0.0])
+                    used[0] += done / cap * g.count
+                    used[1] += done * c / cap / (g.batch_size or self.spec.rows_per_block)
             if i == 0:
                 self.source_left -= done
             else:
@@ -208,13 +212,26 @@ class PipelineSim(Actuation):
                 heap_rss_bytes=int(heap), heap_rss_per_replica_bytes=None if per_replica is None else int(per_replica),
                 heap_rest_per_replica_bytes=(int(spec.heap_base_bytes) if spec.kind == "actor" and spec.heap_base_bytes > 0
                                              and warm_n > 0 else None),
-                busy_s=st.busy_s, completed=st.completed,
+                busy_s=st.busy_s, completed=st.completed, by_type=self._by_type(st, warm),
                 old_actors=sum(g.count for g in warm if g.retiring) if spec.kind == "actor" else 0,
             ))
             st.last_rows_out, st.last_bytes_out = st.rows_out, bytes_out
         return Snapshot(execution_id="sim", seq=seq, time_s=self.time_s, operators=tuple(ops),
                         cluster=self.spec.cluster_view(), input_rows_total=self.spec.total_rows,
                         applied_plan_seq=self.applied_seq)
+
+    @staticmethod
+    def _by_type(st: _OpState, warm: list[_Group]) -> tuple[TypeUsage, ...]:
+        """A GPU pool's actors, busy time and finished tasks per type of their nodes, as the shim
+        reads them (:func:`trident.autoscaler.shim.metrics.usage_by_type`)."""
+        if st.spec.kind != "actor":
+            return ()
+        actors: dict[str, int] = {}
+        for g in warm:
+            if g.gpu_type is not None:
+                actors[g.gpu_type] = actors.get(g.gpu_type, 0) + g.count
+        return tuple(TypeUsage(accelerator_type=t, actors=actors.get(t, 0), busy_s=busy, tasks_finished=int(tasks))
+                     for t, (busy, tasks) in sorted(st.by_type.items()))
 
     def _in_flight(self, st: _OpState, warm_n: int, queue_rows: float) -> int:
         """Tasks in flight as Ray's pools count them: the busy share of the replicas, plus one

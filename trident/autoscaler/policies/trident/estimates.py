@@ -99,7 +99,8 @@ def own_rate(tr: OperatorTrack, op: OperatorSnapshot, key: ConfigKey, settings: 
     """Output rows per busy replica-second of ``op`` under ``key`` from this run, and where it came
     from: the median of the configuration's rate windows once there are ``min_rate_windows``, else its
     busy-time rate since the regime began (its last window instead when that is ``shift_ratio``
-    off it), else its first windows, else the GP model."""
+    off it), else its first windows, else (pinned to a type) its rate there while it was unpinned
+    in this regime (:func:`typed_rates`), else the GP model."""
     measured = tr.measured(key)
     if len(measured) >= settings.min_rate_windows:
         return Estimate(float(np.median(measured)), "measured")
@@ -116,6 +117,10 @@ def own_rate(tr: OperatorTrack, op: OperatorSnapshot, key: ConfigKey, settings: 
         return Estimate(busy, "busy time")
     if measured:
         return Estimate(float(np.median(measured)), "first windows")
+    if key.device not in ("cpu", "gpu"):  # pinned to a type, not measured pinned yet: as measured there unpinned
+        unpinned = _typed_here(tr, ConfigKey(key.batch_size, "gpu", key.num_gpus), settings.min_busy_s)
+        if key.device in unpinned:
+            return Estimate(unpinned[key.device], "per type")
     if tr.model.is_fitted and key.device in tr.model.encoder.device_types:
         cfg = ConfigFeatures(batch_size=key.batch_size or 1024, device_type=key.device,
                              replicas=max(1, op.config.replicas or op.tasks_running or 1),
@@ -182,42 +187,53 @@ def cold_start_s(tr: OperatorTrack, op: OperatorSnapshot, settings: TridentSetti
     return settings.default_cold_start_s if remembered is None else remembered
 
 
-def selectivities(ops: list[OperatorSnapshot], tracks: dict[str, OperatorTrack]) -> list[float]:
-    """Rows out per row in of each of ``ops`` (in pipeline order). The first is 1 by definition:
-    the pipeline's rows are the rows its source emits (``Snapshot.input_rows_total``), whatever
-    Ray counts as the source's inputs (read tasks, files)."""
-    return [1.0 if i == 0 else max(tracks[o.name].selectivity, 1e-12) for i, o in enumerate(ops)]
+def selectivities(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, OperatorTrack]) -> list[float]:
+    """Rows out per row in of each of ``ops`` (in pipeline order). The pipeline's source (its first
+    task or actor operator) is 1 by definition: the pipeline's rows are the rows it emits
+    (``Snapshot.input_rows_total``), whatever Ray counts as its inputs (read tasks, files). Any
+    other operator keeps its own, also once the source is done and it comes first among the
+    operators left (seed 86 of the generated scenarios: a x3 fan-out read as 1 once the read was
+    done put the next pool's demand at a third of what came to it, and no plan grew it)."""
+    source = next((o.name for o in snap.operators if o.config.kind in ("task", "actor")), None)
+    return [1.0 if o.name == source else max(tracks[o.name].selectivity, 1e-12) for o in ops]
+
+
+def rows_into(snap: Snapshot, tracks: dict[str, OperatorTrack]) -> dict[str, tuple[float, float]]:
+    """Rows into and out of each observed task or actor operator per pipeline row: the products
+    of the selectivities before it, and up to it."""
+    chain = [o for o in snap.operators if o.config.kind in ("task", "actor") and o.name in tracks]
+    out, f = {}, 1.0
+    for o, sel in zip(chain, selectivities(snap, chain, tracks)):
+        out[o.name] = (f, f * sel)
+        f *= sel
+    return out
 
 
 def remaining_rows(snap: Snapshot, tracks: dict[str, OperatorTrack]) -> float | None:
-    """Pipeline rows still to finish: at the operator furthest behind, its rows out counted back
-    to pipeline rows through the selectivities up to it (a Write sink, which counts blocks, is
-    left out)."""
+    """Rows still to finish at the operator furthest behind (its rows out counted back to
+    pipeline rows through the selectivities up to it; a Write sink, which counts blocks, is left
+    out), as rows into the first operator not done: the unit of a plan's throughput (the
+    pipeline's rows while the source runs)."""
     ops = [o for o in snap.operators if o.config.kind in ("task", "actor") and o.name in tracks and not is_sink(o)]
-    left = rows_left(snap, ops, selectivities(ops, tracks)) if ops else None
-    return None if left is None else max(max(left), 0.0)
-
-
-def input_rows_left(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, OperatorTrack],
-                    op: OperatorSnapshot) -> float | None:
-    """Rows ``op`` (one of ``ops``, in pipeline order) has still to take in; ``None`` when the
-    pipeline's rows are not known."""
-    sels = selectivities(ops, tracks)
-    left = rows_left(snap, ops, sels)
+    left = rows_left(snap, ops, tracks) if ops else None
     if left is None:
         return None
-    i = next(k for k, o in enumerate(ops) if o.name == op.name)
-    return max(left[i], 0.0) * float(np.prod(sels[:i]))
+    first = next((o for o in ops if not o.completed), ops[-1])
+    return max(max(left), 0.0) * rows_into(snap, tracks)[first.name][0]
 
 
-def rows_left(snap: Snapshot, ops: list[OperatorSnapshot], sels: list[float]) -> list[float] | None:
-    """Pipeline rows each of ``ops`` (in order, with their selectivities) has still to put out:
-    the pipeline's rows less its rows out counted back through the selectivities up to it;
-    ``None`` when the pipeline's rows are not known."""
+def input_rows_left(snap: Snapshot, tracks: dict[str, OperatorTrack], op: OperatorSnapshot) -> float | None:
+    """Rows ``op`` has still to take in; ``None`` when the pipeline's rows are
+    not known."""
+    left = rows_left(snap, [op], tracks)
+    return None if left is None else max(left[0], 0.0) * rows_into(snap, tracks)[op.name][0]
+
+
+def rows_left(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, OperatorTrack]) -> list[float] | None:
+    """Pipeline rows each of ``ops`` has still to put out: the pipeline's rows less its rows out
+    counted back through the selectivities up to it; ``None`` when the pipeline's rows are not
+    known."""
     if snap.input_rows_total is None:
         return None
-    f, left = 1.0, []
-    for o, sel in zip(ops, sels):
-        f *= sel
-        left.append(snap.input_rows_total - o.rows_out_total / f)
-    return left
+    per_row = rows_into(snap, tracks)
+    return [snap.input_rows_total - o.rows_out_total / per_row[o.name][1] for o in ops]

@@ -269,11 +269,11 @@ class TridentPolicy(RolloutSteps, BatchTuning):
             o.name: Assumed(key_of(o.config), planning.rates[o.name].rows_per_s * sel,
                             starting=estimates.at_start(self.tracks[o.name], key_of(o.config),
                                                         planning.rates[o.name].source))
-            for o, sel in zip(ops, estimates.selectivities(ops, self.tracks))
+            for o, sel in zip(ops, estimates.selectivities(snap, ops, self.tracks))
             if planning.rates[o.name].rows_per_s < problem.UNKNOWN_RATE}
         rates = problem.describe_rates(planning.rates)
         out = [(o.name, result.throughput_rows_per_s * f * sel)  # what the plan asks each operator to put out
-               for o, f, sel in zip(ops, prob.demand_factors(), estimates.selectivities(ops, self.tracks))]
+               for o, f, sel in zip(ops, prob.demand_factors(), estimates.selectivities(snap, ops, self.tracks))]
         self.predicted = tuple(p for p in out if math.isfinite(p[1]))
         phase = self.phases.start(rollout.phases(), now, trial=trial is not None)
         steps = "; ".join(st.reason for st in rollout.steps) + (f"; {trial.reason} (folded into the scale-up: "

@@ -75,7 +75,7 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
     # yet is charged alike by both
     heaps = {o.name: estimates.heap(tracks[o.name], key_of(o.config), settings) for o in snap.operators
              if o.config.kind == "actor" and o.name in tracks}
-    sels = estimates.selectivities(ops, tracks)
+    sels = estimates.selectivities(snap, ops, tracks)
     f, factors = 1.0, []
     for sel in sels:
         factors.append(f)
@@ -121,7 +121,7 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
             options = [DeviceOption(device=device, rate_rows_per_s=rate_in, cpus=o.config.num_cpus,
                                     gpus=o.config.num_gpus, memory_bytes=int(heap))]
             if per_type and device != CPU and rate_out is not None:
-                options += _typed_options(tr, o, key, typed, device, sels[i], settings)
+                options += _typed_options(tr, o, key, typed, device, sels[i], settings, heap)
                 options += unmeasured_options(options, typed, upside)
             current[(o.name, device)] = replicas
         if kept and per_type and o.config.kind == "actor":
@@ -140,7 +140,7 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
     demands = None
     if settings.plan_work_left:
         capacity = [sp.options[0].rate_rows_per_s * _replicas(o) for sp, o in zip(specs, ops)]
-        demands = work_left(snap, ops, sels, capacity=capacity, cold_start_s=[sp.cold_start_s for sp in specs])
+        demands = work_left(snap, ops, sels, tracks, capacity=capacity, cold_start_s=[sp.cold_start_s for sp in specs])
     if demands is not None:
         specs, factors = [replace(sp, demand=d) for sp, d in zip(specs, demands)], demands
     specs = bound_held(specs, factors, slots=cluster.cpus + cluster.gpus)
@@ -239,8 +239,8 @@ def typed_view(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Op
     return TypedView(seen, per_type, upside)
 
 
-def work_left(snap: Snapshot, ops: list[OperatorSnapshot], sels: list[float], *, capacity: list[float],
-              cold_start_s: list[float]) -> list[float] | None:
+def work_left(snap: Snapshot, ops: list[OperatorSnapshot], sels: list[float], tracks: dict[str, OperatorTrack], *,
+              capacity: list[float], cold_start_s: list[float]) -> list[float] | None:
     """Each operator's demand (rows into it per row into the first) for the work it has left:
     its selectivity factor times the pipeline rows it has still to finish over the most any
     operator has left (at least ``WORK_LEFT_FLOOR`` of it). Without queues between the operators
@@ -253,7 +253,7 @@ def work_left(snap: Snapshot, ops: list[OperatorSnapshot], sels: list[float], *,
     left beyond those of the operator before it) lasts longer than its cold start at its
     ``capacity`` (input rows/s): a new replica would come up when the queue is gone (near the end
     of a run a queue of a few blocks is a large share of the work left)."""
-    left = estimates.rows_left(snap, ops, sels)
+    left = estimates.rows_left(snap, ops, tracks)
     if left is None:
         return None
     factors = [math.prod(sels[:i]) for i in range(len(sels))]
@@ -300,18 +300,23 @@ def _split(o: OperatorSnapshot, replicas: int, measured: dict[str, float]) -> di
 
 
 def _typed_options(tr: OperatorTrack, o: OperatorSnapshot, key: ConfigKey, typed: dict[str, float], device: str,
-                   selectivity: float, settings: TridentSettings) -> list[DeviceOption]:
-    """The operator's rate on each other accelerator type it was measured on."""
+                   selectivity: float, settings: TridentSettings, heap: float) -> list[DeviceOption]:
+    """The operator's rate on each other accelerator type it was measured on: pinned there, else
+    where its actors ran while it was unpinned in this regime (seed 86 of the generated scenarios:
+    a pool measured 6x faster on A than on B while unpinned, then pinned to A, was planned with
+    every other type at its rate on A four seconds later, and moved to B for the rest of the run).
+    A replica's heap there is as measured there, else ``heap`` (as where it runs now)."""
     out = []
+    unpinned = estimates.typed_rates(tr, ConfigKey(key.batch_size, ANY_GPU, key.num_gpus), settings.min_busy_s)
     for t in typed:
         alt = ConfigKey(key.batch_size, t, key.num_gpus)
-        if t == device or not any(r.key == alt for r in tr.rates):
+        if t == device or not (t in unpinned or any(r.key == alt for r in tr.rates)):
             continue
-        alt_rate = estimates.rate(tr, o, alt, settings).rows_per_s
+        alt_rate = estimates.rate(tr, o, alt, settings).rows_per_s or unpinned.get(t)
         if alt_rate:
             out.append(DeviceOption(device=t, rate_rows_per_s=alt_rate / selectivity,
                                     cpus=o.config.num_cpus, gpus=o.config.num_gpus,
-                                    memory_bytes=int(estimates.heap(tr, alt, settings))))
+                                    memory_bytes=int(estimates.heap(tr, alt, settings) or heap)))
     return out
 
 

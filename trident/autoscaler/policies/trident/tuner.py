@@ -124,7 +124,7 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
         tr.bo_settled = True  # settled on the current batch size for this regime
         return f"{o.name} stays at batch_size {b}: {why}" if why else None
     c = max((k for k, u in zip(concurrencies, upper) if u <= limit), default=sug.knobs.concurrency)
-    left = estimates.input_rows_left(snap, ops, tracks, o)
+    left = estimates.input_rows_left(snap, tracks, o)
     if left is not None and left < settings.bo_min_batches * bb * c:
         tr.bo_settled = True
         return (f"{o.name} stays at batch_size {b}: batch {bb} on {c} replica(s) would leave "

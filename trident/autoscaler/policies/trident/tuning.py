@@ -80,9 +80,9 @@ class BatchTuning:
         trial = tuner.next_batch_size(after, [after.operator(o.name) for o in ops], prob, planning.rates,
                                       self.tracks, self.settings, self.context.seed, free=True)
         trial = trial if isinstance(trial, tuner.Trial) else None
-        running = starting.get(trial.target.name) if trial is not None else None
+        running = starting.get(trial.target.name) if trial is not None else None  # None: a pool not starting
         n = self._beside(snap, trial, held={trial.target.name: running}) if running is not None else 0
-        if trial is None or n < max(math.ceil(trial.target.replicas / 2), 2 * running):
+        if running is None or n < max(math.ceil(trial.target.replicas / 2), 2 * running):
             self._restore_tuner(before)  # not tried: the tuner's count stands as it was
             return None
         beside = _beside_old(trial, n)
