@@ -58,9 +58,6 @@ def test_rows_once_no_oom_under_trident_and_nobody_beats_the_bound(seed):
 FIXED = {
     185: "a x3 fan-out's rows in were read as its rows out: the simulator counted no finished tasks, "
          "so the policy never measured a selectivity",
-    86: "a pool measured 6x faster on one type while unpinned was planned, once pinned, as if equal "
-        "everywhere; and the operator first among those left once the read was done had its x3 "
-        "fan-out read as 1",
 }
 """Development seeds trident once lost to Ray's rule, and why: each stays at >= 0.98x."""
 
