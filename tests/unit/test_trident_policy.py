@@ -1795,3 +1795,23 @@ def test_a_rate_off_the_plan_before_the_steady_windows_is_planned_on_the_window_
                 revisited = estimates.rate(observer.tracks["ocr"], op, key_of(op.config), s)
         assert revisited is not None and revisited.source == source, revisited
         assert revisited.rows_per_s == pytest.approx(after, rel=0.3), revisited
+
+
+def test_the_first_operator_left_after_the_read_keeps_its_own_selectivity():
+    """Read done (1,000 rows), fan (x3) has put out 1,500 rows of the 3,000 it will, embed 600:
+    fan's selectivity stays 3 once it is first among the operators left, and the rows left are
+    counted through the whole chain (pipeline rows, and rows into fan for a plan's throughput)."""
+    cfg = OperatorConfig(kind="actor", replicas=1, min_replicas=1, max_replicas=4)
+    ops = (OperatorSnapshot(name="read", index=0, config=OperatorConfig(kind="task", replicas=None), rows_out_total=1000,
+                            completed=True),
+           OperatorSnapshot(name="fan", index=1, config=cfg, rows_out_total=1500),
+           OperatorSnapshot(name="embed", index=2, config=cfg, rows_out_total=600))
+    snap = Snapshot(execution_id="e", seq=0, time_s=0.0, operators=ops, input_rows_total=1000,
+                    cluster=ClusterView(cpus=8, gpus=0))
+    tracks = {"read": SimpleNamespace(selectivity=7.0), "fan": SimpleNamespace(selectivity=3.0),
+              "embed": SimpleNamespace(selectivity=1.0)}
+    left = list(ops[1:])
+    assert estimates.selectivities(snap, left, tracks) == [3.0, 1.0]
+    assert estimates.rows_left(snap, left, tracks) == pytest.approx([500.0, 800.0])
+    assert estimates.remaining_rows(snap, tracks) == pytest.approx(800.0)  # rows into fan: pipeline rows
+    assert estimates.input_rows_left(snap, tracks, ops[2]) == pytest.approx(2400.0)
