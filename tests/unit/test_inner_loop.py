@@ -275,14 +275,43 @@ def test_exploration_pins_one_pool_at_a_time_where_all_its_replicas_fit():
     for o in snap(2, 2).operators:
         obs.track(o)
     # 2 of 4 GPUs held, spread over both types: 1 free on each, room for detect's 2 replicas
-    (pin,) = next_pins(snap(2, 2), list(snap(2, 2).operators), obs.tracks, windows=1)
+    (pin,) = next_pins(snap(2, 2), list(snap(2, 2).operators), obs.tracks, windows=1, min_busy_s=1.0)
     assert pin[0].name == "detect" and pin[0].replicas == 2 and pin[0].accelerator_type in ("A", "B")
     assert pin[1].startswith("explore: measure detect")
     # 3.5 of 4 GPUs held: no type has room for a whole pool, so nothing is explored now
-    assert next_pins(snap(4, 3), list(snap(4, 3).operators), obs.tracks, windows=1) == []
+    assert next_pins(snap(4, 3), list(snap(4, 3).operators), obs.tracks, windows=1, min_busy_s=1.0) == []
     one_type = Snapshot(execution_id="e", seq=1, time_s=1.0, operators=snap(2, 2).operators,
                         cluster=ClusterView(cpus=16, gpus=4, gpus_by_type=(("A", 4.0),)))
-    assert next_pins(one_type, list(one_type.operators), obs.tracks, windows=1) == []
+    assert next_pins(one_type, list(one_type.operators), obs.tracks, windows=1, min_busy_s=1.0) == []
+    # an actor pending anywhere: the room that looks free is about to be taken
+    pending = replace(snap(2, 2), operators=(replace(snap(2, 2).operators[0], actors_pending=1),
+                                             snap(2, 2).operators[1]))
+    assert next_pins(pending, list(pending.operators), obs.tracks, windows=1, min_busy_s=1.0) == []
+    # a pool explored once in this regime is not explored again
+    done = {("detect", 0.0): None, ("embed", 0.0): None}
+    assert next_pins(snap(2, 2), list(snap(2, 2).operators), obs.tracks, windows=1, min_busy_s=1.0,
+                     explored=done) == []
+
+
+def test_an_explored_pool_measured_slower_goes_back_once_and_a_faster_one_stays():
+    import numpy as np
+
+    from trident.autoscaler.policies.trident.explore import Tried, reverts
+    from trident.autoscaler.policies.trident.records import RateSample, key_of
+    from trident.autoscaler.policies.trident.tracking import Observer
+
+    pool = _actor("embed", 0, replicas=2, in_flight=4, queued=9, accel="A")
+    obs = Observer(settings=S, rng=np.random.default_rng(0), seed=0)
+    tr = obs.track(pool)
+    tried = {("embed", tr.regime_start_s): Tried(source="B", rate=100.0, target="A")}
+    tr.rates.append(RateSample(1.0, key_of(pool.config), 40.0))
+    assert reverts([pool], obs.tracks, tried, windows=2) == []  # one window on A: not yet
+    tr.rates.append(RateSample(2.0, key_of(pool.config), 44.0))
+    (back,) = reverts([pool], obs.tracks, tried, windows=2)
+    assert back[0].accelerator_type == "B" and back[0].replicas == 2 and "back to B" in back[1]
+    assert reverts([pool], obs.tracks, tried, windows=2) == []  # settled: once
+    faster = {("embed", tr.regime_start_s): Tried(source="B", rate=30.0, target="A")}
+    assert reverts([pool], obs.tracks, faster, windows=2) == []
 
 
 def test_actors_pending_although_the_totals_fit_cap_task_operators_but_never_the_sink():
@@ -373,3 +402,19 @@ def test_a_scale_up_asked_for_with_drains_is_not_judged_stuck_until_they_are_don
     assert stuck(20.0, 4) is None and stuck(21.0, 4) is None  # drained: Detect's clock starts now
     late = [stuck(float(t), 4) for t in range(22, 40)]
     assert any(s is not None and s.operator == "detect" for s in late)  # and it can be judged
+
+
+def test_an_unpinned_pool_holds_cpus_on_the_nodes_its_actors_run_on():
+    """Two GPU nodes of 4 CPUs (A and B); an unpinned pool with 3 actors on A holds A's CPUs (it
+    was charged to the total alone, so A looked free to a pool moving there)."""
+    from trident.autoscaler.policies.trident.inner import gpu_node_cpus
+    from trident.core.cluster import NodeShape
+    from trident.core.types import TypeUsage
+
+    pool = replace(_actor("embed", 0, replicas=3, in_flight=3, queued=0),
+                   by_type=(TypeUsage(accelerator_type="A", actors=3, busy_s=1.0, tasks_finished=4),))
+    nodes = (NodeShape(node_id="a", cpus=4, gpus=2, accelerator_type="A"),
+             NodeShape(node_id="b", cpus=4, gpus=2, accelerator_type="B"))
+    snap = Snapshot(execution_id="e", seq=1, time_s=1.0, operators=(pool,),
+                    cluster=ClusterView(cpus=8, gpus=4, gpus_by_type=(("A", 2.0), ("B", 2.0)), nodes=nodes))
+    assert gpu_node_cpus(snap, {}) == {None: 5.0, "A": 1.0, "B": 4.0}

@@ -6,29 +6,105 @@ two or more GPU types an unpinned pool runs wherever its actors land. Here one p
 is pinned (a rolling update of ``accelerator_type``, new actors first) to a type it was not
 measured on yet, and only when that type has room for all its current replicas: exploring
 never shrinks a pool nor leaves actors pending. Once a pool has ``windows`` rate windows on
-several types, the MILP places it where it is relatively fastest. Pure: no Ray, no clock.
+several types, the MILP places it where it is relatively fastest. Exploring every pool is off
+by default (:attr:`TridentSettings.explore_types`); the pool that bounds a settled plan is
+explored all the same (:func:`bottleneck`): no plan can give it more on the types it was measured
+on, and Ray's own rule, which places a pool's actors where GPUs are free, often lands them on a
+faster type by chance (seed 24 of the generated scenarios: a pool 4x faster on B held its 8
+replicas on A, where the most GPUs were free when it grew, for the whole run). Pure: no Ray, no
+clock.
 """
 from __future__ import annotations
 
-from trident.autoscaler.policies.trident.records import ConfigKey
+import statistics
+from dataclasses import dataclass
+
+from trident.autoscaler.policies.trident import estimates
+from trident.autoscaler.policies.trident.inner import gpu_node_cpus
+from trident.autoscaler.policies.trident.records import ConfigKey, key_of
+from trident.autoscaler.policies.trident.settings import TridentSettings
 from trident.autoscaler.policies.trident.track import OperatorTrack
+from trident.core.plan.placement import PlacementProblem
 from trident.core.types import OperatorSnapshot, OperatorTarget, Snapshot
 
 
-def measured_types(tr: OperatorTrack, o: OperatorSnapshot, types: list[str], windows: int) -> set[str]:
-    """The types ``o`` has at least ``windows`` rate windows on, with its current batch and GPUs."""
-    return {t for t in types
-            if len(tr.measured(ConfigKey(o.config.batch_size, t, o.config.num_gpus))) >= windows}
+def measured_types(tr: OperatorTrack, o: OperatorSnapshot, types: list[str], windows: int,
+                   min_busy_s: float) -> set[str]:
+    """The types ``o`` has at least ``windows`` rate windows on, with its current batch and GPUs,
+    or a rate on while unpinned in this regime (:func:`~.estimates.typed_rates`)."""
+    b, g = o.config.batch_size, o.config.num_gpus
+    return ({t for t in types if len(tr.measured(ConfigKey(b, t, g))) >= windows}
+            | set(estimates.typed_rates(tr, ConfigKey(b, "gpu", g), min_busy_s)))
+
+
+@dataclass
+class Tried:
+    """A pool moved to another type to measure it there, in one regime: the type it left (the
+    one most of its actors ran on when unpinned) and its rate there (rows out per busy
+    replica-second)."""
+
+    source: str | None
+    rate: float | None
+    target: str
+    settled: bool = False
+
+
+def record(tried: dict[tuple[str, float], Tried], pins: list[tuple[OperatorTarget, str]], snap: Snapshot,
+           tracks: dict[str, OperatorTrack], settings: TridentSettings) -> None:
+    """Remember each explored pool's move and its rate where it runs now."""
+    for target, _ in pins:
+        o, tr = snap.operator(target.name), tracks[target.name]
+        on = max(o.by_type, key=lambda u: u.actors).accelerator_type if o.by_type else None
+        tried.setdefault((o.name, tr.regime_start_s),
+                         Tried(source=o.config.accelerator_type or on, target=target.accelerator_type,
+                               rate=estimates.rate(tr, o, key_of(o.config), settings).rows_per_s))
+
+
+def reverts(ops: list[OperatorSnapshot], tracks: dict[str, OperatorTrack], tried: dict[tuple[str, float], Tried], *,
+            windows: int) -> list[tuple[OperatorTarget, str]]:
+    """The move back (at most one) of a pool measured slower where it was explored than where it
+    was: once its ``windows`` rate windows there are in, whatever the planner makes of them (seed
+    152: a pool 2x faster on C, explored on A, stayed on A when the planner, with no unpinned pool
+    measured per type, planned every pool on any GPU)."""
+    for o in ops:
+        t = tried.get((o.name, tracks[o.name].regime_start_s)) if o.name in tracks else None
+        measured = tracks[o.name].measured(key_of(o.config)) if t is not None else []
+        if t is None or t.settled or o.config.accelerator_type != t.target or len(measured) < windows:
+            continue
+        t.settled = True
+        here = statistics.median(measured)
+        if t.source is not None and t.rate and here * 1.1 < t.rate:
+            return [(OperatorTarget(name=o.name, replicas=o.config.replicas, accelerator_type=t.source),
+                     f"explore: {o.name} back to {t.source} ({here:.3g} rows/s per replica on {t.target}, "
+                     f"{t.rate:.3g} where it was)")]
+    return []
+
+
+def bottleneck(prob: PlacementProblem, ops: list[OperatorSnapshot]) -> list[OperatorSnapshot]:
+    """The GPU pool whose rate bounds the current plan's throughput (none when another operator
+    does, or nothing runs)."""
+    counts = prob.current.as_dict() if prob.current is not None else {}
+    caps = {sp.name: sum(o.rate_rows_per_s * counts.get((sp.name, o.device, n.name), 0)
+                         for o in sp.options for n in prob.node_types) / max(f, 1e-12)
+            for sp, f in zip(prob.operators, prob.demand_factors())}
+    name = min(caps, key=caps.get) if caps else None
+    return [o for o in ops if o.name == name and o.config.kind == "actor" and o.config.num_gpus > 0]
 
 
 def next_pins(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, OperatorTrack], *,
-              windows: int) -> list[tuple[OperatorTarget, str]]:
+              windows: int, min_busy_s: float,
+              explored: dict | frozenset = frozenset()) -> list[tuple[OperatorTarget, str]]:
     """The rolling update (at most one) that measures a GPU pool on a type it has not been
-    measured on, with its reason. Empty when the cluster has one GPU type, every pool is measured
-    everywhere, or no type has room for the pool that still needs it."""
+    measured on, with its reason. ``explored``: (pool, regime start) of pools already explored
+    once (:class:`Tried`), not again in that regime: each move restarts the whole pool (seed 151 moved a pool of 4
+    to each of three types in turn, and lost 2.2x to Ray's rule; seed 17 moved one back to a type
+    every 20 s, its windows there never measured). Empty when the cluster has one GPU type, an actor is
+    pending, every pool is measured everywhere, or no type has room (GPUs, and CPUs on its nodes)
+    for the pool that still needs it."""
     types = [t for t, g in snap.cluster.gpus_by_type if g > 0]
-    if len(types) < 2:
-        return []
+    if len(types) < 2 or any(o.actors_pending for o in snap.operators):
+        return []  # pending actors are about to take room that looks free (seed 193: a pool moved to B for
+        # good while another pool's pending actors took B's CPUs; its one old actor drained, none came up)
     capacity = dict(snap.cluster.gpus_by_type)
     free = dict(capacity)
     total = sum(capacity.values())
@@ -39,18 +115,21 @@ def next_pins(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Ope
         elif used:  # an unpinned pool's actors are somewhere: each type holds its share of them
             for t in free:
                 free[t] -= used * capacity[t] / total
+    cpus = gpu_node_cpus(snap, {})  # a GPU actor's CPUs come from its own node
     for o in ops:
         c = o.config
         if c.kind != "actor" or c.num_gpus <= 0 or o.name not in tracks:
             continue
-        done = measured_types(tracks[o.name], o, types, windows)
+        done = measured_types(tracks[o.name], o, types, windows, min_busy_s)
         if c.accelerator_type in types and c.accelerator_type not in done:
             continue  # still measuring where it is
-        todo = [t for t in types if t not in done and t != c.accelerator_type]
+        todo = [t for t in types if t not in done and t != c.accelerator_type
+                and (o.name, tracks[o.name].regime_start_s) not in explored]
         if not todo:
             continue
         n = max(1, c.replicas or 1)
-        room = [t for t in todo if free.get(t, 0.0) + 1e-9 >= n * c.num_gpus]
+        room = [t for t in todo if free.get(t, 0.0) + 1e-9 >= n * c.num_gpus
+                and (cpus is None or cpus.get(t, 0.0) + 1e-9 >= n * c.num_cpus)]
         if not room:
             continue  # no type it still has to be measured on has room for it now
         t = max(room, key=lambda x: (free[x], x))

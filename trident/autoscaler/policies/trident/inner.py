@@ -180,7 +180,7 @@ def _charge_gpu_node_cpus(node_cpus: dict[str | None, float], o: OperatorSnapsho
     """Charge ``n`` replicas of GPU pool ``o`` to the GPU nodes' CPUs: to its type's when pinned,
     else to the types its actors run on (by_type), the rest to the total alone."""
     node_cpus[None] -= n * o.config.num_cpus
-    if o.config.accelerator_type in node_cpus:
+    if o.config.accelerator_type is not None and o.config.accelerator_type in node_cpus:  # None: the total
         node_cpus[o.config.accelerator_type] -= n * o.config.num_cpus
         return
     for u in o.by_type:

@@ -67,8 +67,7 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         self.solve_failures = 0
         """Solves in a row that found no plan (the next step looks again, with a longer limit)."""
         self._regimes_seen = 0
-        self.changed_ops: list[str] = []
-        """Operators whose regime changed in this step."""
+        self.changed_ops: list[str] = []  # operators whose regime changed in this step
         self.predicted: tuple[tuple[str, float], ...] = ()
         """(operator, rows out/s) the plan made in this step expects."""
         self.history_runs: tuple[str, ...] = ()  # earlier runs the plan made in this step leaned on
@@ -87,11 +86,11 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         self.check = PredictionCheck(shortfall=self.settings.mismatch_shortfall,
                                      windows=self.settings.mismatch_windows, window_s=self.settings.rate_window_s)
         """The last plan's prediction, checked against what comes out (:mod:`.check`)."""
-        self.learned = Learned()
-        """What mismatches taught: placement caps and saturated pools (:mod:`.learned`)."""
+        self.learned = Learned()  # what mismatches taught: placement caps and saturated pools (:mod:`.learned`)
         self.last_step_s: float | None = None
         self.growth = Growth()  # when each pool last grew (the inner loop's scale-down waits after)
         self.cores = HostCores()  # how far each pool scales on the machine's cores (:mod:`.cores`)
+        self.explored: dict[tuple[str, float], explore.Tried] = {}  # (pool, its regime's start): a type move
 
     @property
     def tracks(self):
@@ -212,7 +211,7 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         short = self._below_one_replica(snap, ops)
         if short:
             return Decision(time_s=now, reason=short, notes=tuple(notes), kind="keep")
-        explored = self._explore(snap, ops, prob, now, notes)
+        explored = self._explore(snap, ops, prob, now, notes) if self.settings.explore_types else None
         if explored is not None:
             return explored
         limited = self._retry_limit(prob)
@@ -231,9 +230,11 @@ class TridentPolicy(RolloutSteps, BatchTuning):
             return Decision(time_s=now, reason=f"keep: {result.reason} ({limited.time_limit_s:.2g} s)",
                             notes=tuple(notes), kind="keep")
         self.solve_failures = 0
-        if not result.changed:  # the allocation is settled: tune the bottleneck's batch size
+        if not result.changed:  # the allocation is settled: the bottleneck on another type, or its batch size
             self._bound(ops, {o.name: o.config.replicas for o in ops if self._estimated(o, planning)}, "the plan")
-            return self._tune(snap, ops, prob, planning, now, notes, result.reason)
+            explored = (None if self.context.memory_limit_bytes is not None  # under a limit a move costs more
+                        else self._explore(snap, ops, prob, now, notes, only=explore.bottleneck(prob, ops)))
+            return explored or self._tune(snap, ops, prob, planning, now, notes, result.reason)
         targets = problem.targets(ops, result.allocation)
         tuner_before = self._tuner_state()
         targets, trial = self._fold_trial(snap, ops, prob, planning, result.allocation, targets)
@@ -297,17 +298,18 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         self.replan_now, self.last_look_s = True, None
         return Decision(time_s=now, reason=mismatch.reason, notes=tuple(notes), kind="mismatch")
 
-    def _explore(self, snap: Snapshot, ops, prob, now: float, notes: list[str]) -> Decision | None:
-        """Pin GPU pools to accelerator types they were not measured on (see :mod:`.explore`),
-        while enough work is left to use what is learnt."""
+    def _explore(self, snap: Snapshot, ops, prob, now: float, notes: list[str], only=None) -> Decision | None:
+        """Pin a GPU pool (of ``only``) to a type it was not measured on, or back (:mod:`.explore`)."""
         left_s = problem.remaining_s(snap, prob, self.tracks)
-        if not self.settings.explore_types or (left_s is not None and left_s < self.settings.explore_min_remaining_s):
+        if left_s is not None and left_s < self.settings.explore_min_remaining_s:
             return None
-        pins = explore.next_pins(snap, ops, self.tracks, windows=self.settings.explore_windows)
+        pins = (explore.reverts(ops, self.tracks, self.explored, windows=self.settings.explore_windows)
+                or explore.next_pins(snap, ops if only is None else only, self.tracks, min_busy_s=self.settings.min_busy_s,
+                                     windows=self.settings.explore_windows, explored=self.explored))
         if not pins:
             return None
-        targets = tuple(t for t, _ in pins)
-        rollout = plan_rollout({o.name: o.config for o in ops}, targets,
+        explore.record(self.explored, pins, snap, self.tracks, self.settings)
+        rollout = plan_rollout({o.name: o.config for o in ops}, tuple(t for t, _ in pins),
                                RolloutInputs(current_throughput_rows_per_s=0.0, new_throughput_rows_per_s=0.0,
                                              remaining_rows=None, cold_start_s={}, utilisation={}))
         phase = self.phases.start(rollout.phases(), now)
@@ -383,12 +385,10 @@ class TridentPolicy(RolloutSteps, BatchTuning):
             targets += pinned
             reason += "; held where the plan has them: " + ", ".join(f"{t.name} at {t.replicas}" for t in pinned)
         self.named.update(t.name for t in targets)
-        if plan_made:  # a plan's targets replace what the inner loop asked
-            for t in targets:
-                self.inner_sent.pop(t.name, None)
+        for t in targets if plan_made else ():  # a plan's targets replace what the inner loop asked
+            self.inner_sent.pop(t.name, None)
         self.plan_seq += 1
-        if plan_made:
-            self.last_plan_s = now
+        self.last_plan_s = now if plan_made else self.last_plan_s
         plan = Plan(seq=self.plan_seq, targets=targets, reason=reason, created_at_s=now)
         return Decision(time_s=now, reason=reason, plan=plan, notes=tuple(notes), kind=kind)
 

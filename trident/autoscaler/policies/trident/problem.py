@@ -229,7 +229,10 @@ def typed_view(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Op
             for o in gpu_ops if o.config.accelerator_type is None}
     # ... and only where some pool is materially faster on one type than another: between
     # types of equal speed a per-type plan only pins pools where the noise put them
-    differs = any(len(r) >= 2 and max(r.values()) >= TYPE_SPEEDUP * min(r.values()) for r in seen.values())
+    # (a pool pinned to a type counts too: its rate there beside its rates unpinned on the others)
+    pinned = [_pinned_rates(tracks[o.name], o, settings) for o in gpu_ops if o.config.accelerator_type is not None]
+    differs = any(len(r) >= 2 and max(r.values()) >= TYPE_SPEEDUP * min(r.values())
+                  for r in [*seen.values(), *pinned])
     upside = max((max(r.values()) / min(r.values()) for r in seen.values() if len(r) >= 2 and min(r.values()) > 0),
                  default=1.0)
     per_type = bool(typed) and all(o.config.accelerator_type in typed
@@ -237,6 +240,18 @@ def typed_view(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Op
                                        and {u.accelerator_type for u in o.by_type if u.actors} <= set(seen[o.name]))
                                    for o in gpu_ops)
     return TypedView(seen, per_type, upside)
+
+
+def _pinned_rates(tr: OperatorTrack, o: OperatorSnapshot, settings: TridentSettings) -> dict[str, float]:
+    """A pinned pool's rate windows' median on its type, beside its rates on the types it ran on
+    unpinned in this regime (seed 152: a pool 2x faster on C, explored on A, stayed there for good
+    when no unpinned pool differed by type and the planner planned on any GPU)."""
+    c = o.config
+    out = estimates.typed_rates(tr, ConfigKey(c.batch_size, ANY_GPU, c.num_gpus), settings.min_busy_s)
+    measured = tr.measured(key_of(c))
+    if measured:
+        out[c.accelerator_type] = float(sorted(measured)[len(measured) // 2])
+    return out
 
 
 def work_left(snap: Snapshot, ops: list[OperatorSnapshot], sels: list[float], tracks: dict[str, OperatorTrack], *,
