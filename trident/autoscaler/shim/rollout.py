@@ -217,17 +217,16 @@ class Rollout:
         """Advance by what is possible now, starting the new actors ``starts`` grants; returns
         what happened (for the run record).
 
-        New actors are started up to the target at once, past Ray Data's per-operator budget
-        (the surge is temporary: each new actor that is up retires an old one, and the old ones
-        left once the new pool is complete all retire: an update that shrinks 5 actors to 2 kept
-        3 old ones serving, past the plan and the memory limit, on seed 52 of the generated
-        scenarios). Old actors on
-        nodes of the accelerator type the update moves to go first, and at once while new actors
-        wait for room (they hold the GPUs the new ones need). If no new actor has come up
+        New actors are started up to the target at once, past Ray Data's per-operator budget (the
+        surge is temporary: each new actor that is up retires an old one, and the old ones left once
+        the new pool is complete all retire: an update that shrinks 5 actors to 2 kept 3 old ones
+        serving, past the plan and the memory limit, on seed 52 of the generated scenarios). Old
+        actors on nodes of the accelerator type the update moves to go first, and at once while new
+        actors wait for room (they hold the GPUs the new ones need). If no new actor has come up
         ``pending_guard_s`` after the surge began and the cluster has no room for the pending ones
-        beside the running actors, the update goes on as a swap (:meth:`_swap_step`); with room,
-        the new actors are slow to start, not blocked, and a swap would only cancel them and start
-        them again (a pool's first trial, riding on its starting actors, was swapped at 15 s on the
+        beside the running actors, the update goes on as a swap (:meth:`_swap_step`); with room, the
+        new actors are slow to start, not blocked, and a swap would only cancel them and start them
+        again (a pool's first trial, riding on its starting actors, was swapped at 15 s on the
         batch-size scenario: its seven actors, 15 s into a 20 s start, started over).
         """
         pool = self.pool

@@ -230,8 +230,9 @@ class Actuation:
 
     def _finish_rollouts(self) -> None:
         """Release drained replicas whose batch is done; in a rolling update retire one old
-        replica for each new one that is warm (all that are left once the new pool is complete), and one to make room when no new replica has
-        started for ``PENDING_GUARD_S`` (as the shim's :class:`~trident.autoscaler.shim.rollout.Rollout`)."""
+        replica for each new one that is warm (all that are left once the new pool is complete),
+        and one to make room when no new replica has started for ``PENDING_GUARD_S`` (as the
+        shim's :class:`~trident.autoscaler.shim.rollout.Rollout`)."""
         for st in self.ops:
             st.groups = [g for g in st.groups if g.release_at_s is None or g.release_at_s > self.time_s]
             old = [g for g in st.groups if g.retiring and g.release_at_s is None]

@@ -223,8 +223,7 @@ def remaining_rows(snap: Snapshot, tracks: dict[str, OperatorTrack]) -> float | 
 
 
 def input_rows_left(snap: Snapshot, tracks: dict[str, OperatorTrack], op: OperatorSnapshot) -> float | None:
-    """Rows ``op`` has still to take in; ``None`` when the pipeline's rows are
-    not known."""
+    """Rows ``op`` has still to take in; ``None`` when the pipeline's rows are not known."""
     left = rows_left(snap, [op], tracks)
     return None if left is None else max(left[0], 0.0) * rows_into(snap, tracks)[op.name][0]
 

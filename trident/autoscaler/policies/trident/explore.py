@@ -96,15 +96,16 @@ def next_pins(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Ope
               explored: dict | frozenset = frozenset()) -> list[tuple[OperatorTarget, str]]:
     """The rolling update (at most one) that measures a GPU pool on a type it has not been
     measured on, with its reason. ``explored``: (pool, regime start) of pools already explored
-    once (:class:`Tried`), not again in that regime: each move restarts the whole pool (seed 151 moved a pool of 4
-    to each of three types in turn, and lost 2.2x to Ray's rule; seed 17 moved one back to a type
-    every 20 s, its windows there never measured). Empty when the cluster has one GPU type, an actor is
-    pending, every pool is measured everywhere, or no type has room (GPUs, and CPUs on its nodes)
-    for the pool that still needs it."""
+    once (:class:`Tried`), not again in that regime: each move restarts the whole pool (seed 151
+    moved a pool of 4 to each of three types in turn, and lost 2.2x to Ray's rule; seed 17 moved
+    one back to a type every 20 s, its windows there never measured). Empty when the cluster has
+    one GPU type, an actor is pending, every pool is measured everywhere, or no type has room
+    (GPUs, and CPUs on its nodes) for the pool that still needs it."""
     types = [t for t, g in snap.cluster.gpus_by_type if g > 0]
     if len(types) < 2 or any(o.actors_pending for o in snap.operators):
-        return []  # pending actors are about to take room that looks free (seed 193: a pool moved to B for
-        # good while another pool's pending actors took B's CPUs; its one old actor drained, none came up)
+        # pending actors are about to take room that looks free (seed 193: a pool moved to B for good
+        # while another pool's pending actors took B's CPUs; its one old actor drained, none came up)
+        return []
     capacity = dict(snap.cluster.gpus_by_type)
     free = dict(capacity)
     total = sum(capacity.values())

@@ -3,6 +3,7 @@ cluster, as a :class:`~trident.core.plan.placement.PlacementProblem`; and the pl
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, replace
 
 from trident.core.plan.placement import (
@@ -250,7 +251,7 @@ def _pinned_rates(tr: OperatorTrack, o: OperatorSnapshot, settings: TridentSetti
     out = estimates.typed_rates(tr, ConfigKey(c.batch_size, ANY_GPU, c.num_gpus), settings.min_busy_s)
     measured = tr.measured(key_of(c))
     if measured:
-        out[c.accelerator_type] = float(sorted(measured)[len(measured) // 2])
+        out[c.accelerator_type] = statistics.median(measured)
     return out
 
 
