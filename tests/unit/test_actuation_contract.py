@@ -166,9 +166,9 @@ def test_a_growing_swap_keeps_an_old_actor_serving_until_new_ones_are_up_on_the_
     assert all(old + new >= 1 for old, new, _ in seen), seen
 
 
-def _sim_swap(n: int, size: int) -> list[int]:
-    """A swap of ``n`` replicas to ``size`` at another batch on the simulator: replicas serving
-    (warm, not released) at each half-second step until all are new."""
+def _warm_pool(n: int):
+    """A simulator whose pool of ``n`` one-GPU replicas (batch 10, 1 s cold start) is warm, and
+    the pool's state."""
     model = SimOperator(name="model", kind="actor", peak_rows_per_s=(("A", 10.0),), replicas=n, max_replicas=8,
                         num_gpus=1, accelerator_type="A", batch_size=10, cold_start_s=1.0)
     src = SimOperator(name="read", kind="task", peak_rows_per_s=(("cpu", 1e4),), replicas=1)
@@ -177,7 +177,13 @@ def _sim_swap(n: int, size: int) -> list[int]:
     sim = PipelineSim(spec, policy="ray")
     for _ in range(4):
         sim._advance(0.5)
-    st = sim.ops[1]
+    return sim, sim.ops[1]
+
+
+def _sim_swap(n: int, size: int) -> list[int]:
+    """A swap of ``n`` replicas to ``size`` at another batch on the simulator: replicas serving
+    (warm, not released) at each half-second step until all are new."""
+    sim, st = _warm_pool(n)
     sim._apply(OperatorTarget(name="model", batch_size=20, replicas=size, swap=True))
     serving = []
     for _ in range(60):
@@ -374,15 +380,7 @@ def test_a_rolling_update_that_shrinks_the_pool_retires_every_old_actor_on_the_s
 
 
 def test_a_rolling_update_that_shrinks_the_pool_retires_every_old_replica_on_the_simulator():
-    model = SimOperator(name="model", kind="actor", peak_rows_per_s=(("A", 10.0),), replicas=5, max_replicas=8,
-                        num_gpus=1, accelerator_type="A", batch_size=10, cold_start_s=1.0)
-    src = SimOperator(name="read", kind="task", peak_rows_per_s=(("cpu", 1e4),), replicas=1)
-    spec = PipelineSpec(operators=(src, model), nodes=(SimNodes(count=1, cpus=64, gpus=8, gpu_type="A"),),
-                        total_rows=100_000, noise=0.0, spike_prob=0.0)
-    sim = PipelineSim(spec, policy="ray")
-    for _ in range(4):
-        sim._advance(0.5)
-    st = sim.ops[1]
+    sim, st = _warm_pool(5)
     sim._apply(OperatorTarget(name="model", batch_size=20, replicas=2))
     for _ in range(20):
         sim._advance(0.5)
