@@ -63,6 +63,8 @@ FIXED = {
     47: _NO_TASKS,
     139: _NO_TASKS,
     32: "the pool bounding a settled plan ran on its slow type only; it is now tried once on another type",
+    0: "a pool pending for room on its own type capped every later plan at the GPUs running, and the "
+       "other types' idle GPUs stayed out of them",
 }
 """Development seeds trident once lost to Ray's rule, and why: each stays at >= 0.98x."""
 

@@ -129,3 +129,25 @@ def test_a_pool_that_grew_its_output_is_not_saturated():
     check.expect(1, {"pool": 30.0}, 5.0, cold_start_s=2.0)
     causes = diagnose(_pool_snap(20, rows=0, running=3), {"pool": 30.0}, {"pool": 20.0}, before=check.before)
     assert [c.kind for c in causes] == ["slow"]  # 20 rows/s on 3 where 1 made 10: short, not saturated
+
+
+def test_a_pool_short_of_room_on_its_own_type_leaves_the_other_types_free_gpus_to_plans():
+    """The pool pinned to A, 4 running and 4 pending; type B's 4 GPUs hold 1 running actor of
+    another pool: the cap is the GPUs running plus B's 3 free, not the GPUs running alone."""
+    from trident.core.types import TypeUsage
+
+    pinned = dataclasses.replace(POOL, accelerator_type="A")
+    other = OperatorConfig(kind="actor", replicas=1, max_replicas=4, num_cpus=1, num_gpus=1.0)
+    snap = _snap(8, running=4, pending=4)
+    ops = (snap.operators[0], dataclasses.replace(snap.operators[1], config=pinned),
+           OperatorSnapshot(name="other", index=3, config=other, actors_running=1, tasks_running=1,
+                            by_type=(TypeUsage(accelerator_type="B", actors=1, busy_s=1.0, tasks_finished=4),)))
+    snap = dataclasses.replace(snap, operators=ops, cluster=dataclasses.replace(
+        snap.cluster, gpus_by_type=(("A", 4.0), ("B", 4.0))))
+    check = PredictionCheck(window_s=5.0)
+    check.expect(1, {"read": 200.0, "pool": 160.0, "other": 50.0}, 0.0, cold_start_s=3.0)
+    for t in (1.0, 2.0, 6.0):
+        assert check.step(dataclasses.replace(snap, time_s=t), t, interval_s=1.0, rolling_out=t == 1.0) is None
+    mismatch = check.step(snap, 8.0, interval_s=1.0, rolling_out=False)
+    (cause,) = [c for c in mismatch.causes if c.kind == "pending"]
+    assert cause.operator == "pool" and cause.gpus_cap == 4 * 0.5 + 1.0 + 3.0

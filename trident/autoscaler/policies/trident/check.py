@@ -199,9 +199,24 @@ def _pending(snap: Snapshot, o: OperatorSnapshot) -> Cause:
         text = f"{o.actors_pending} actor(s) of {o.name} pending: each needs {need} on one node"
     actors = [p for p in snap.operators if p.config.kind == "actor"]
     if c.num_gpus > 0:
-        return Cause(o.name, "pending", text, gpus_cap=sum(p.actors_running * p.config.num_gpus for p in actors))
+        return Cause(o.name, "pending", text, gpus_cap=sum(p.actors_running * p.config.num_gpus for p in actors)
+                     + _free_elsewhere(snap, actors, c.accelerator_type))
     return Cause(o.name, "pending", text, cpus_cap=sum(p.actors_running * p.config.num_cpus for p in actors) + sum(
         p.tasks_running * p.config.num_cpus for p in snap.operators if p.config.kind == "task"))
+
+
+def _free_elsewhere(snap: Snapshot, actors: list[OperatorSnapshot], accelerator_type: str | None) -> float:
+    """GPUs no running actor holds on the types other than ``accelerator_type`` (0 when the pool
+    is not pinned to one): a pool short of room on its own type says nothing of the others (seed 0
+    of the generated scenarios: a pool pending on A capped the whole pipeline at the GPUs running,
+    and C's four idle GPUs stayed out of every later plan)."""
+    if accelerator_type is None:
+        return 0.0
+    held: dict[str, float] = {}
+    for p in actors:
+        for u in p.by_type:
+            held[u.accelerator_type] = held.get(u.accelerator_type, 0.0) + u.actors * p.config.num_gpus
+    return sum(max(0.0, g - held.get(t, 0.0)) for t, g in snap.cluster.gpus_by_type if t != accelerator_type)
 
 
 def _saturated(o: OperatorSnapshot, got: float, before: tuple[int, float] | None) -> Cause | None:
