@@ -6,6 +6,7 @@ import numpy as np
 
 from trident.core.errors import ConfigError
 from trident.core.model.features import ConfigFeatures
+from trident.core.plan.placement import ANY_GPU, CPU
 from trident.autoscaler.policies.trident.records import ConfigKey, Estimate, key_of
 from trident.autoscaler.policies.trident.settings import TridentSettings
 from trident.autoscaler.policies.trident.track import OperatorTrack, busy_rate, mostly_starting
@@ -117,8 +118,8 @@ def own_rate(tr: OperatorTrack, op: OperatorSnapshot, key: ConfigKey, settings: 
         return Estimate(busy, "busy time")
     if measured:
         return Estimate(float(np.median(measured)), "first windows")
-    if key.device not in ("cpu", "gpu"):  # pinned to a type, not measured pinned yet: as measured there unpinned
-        unpinned = _typed_here(tr, ConfigKey(key.batch_size, "gpu", key.num_gpus), settings.min_busy_s)
+    if key.device not in (CPU, ANY_GPU):  # pinned to a type, not measured pinned yet: as measured there unpinned
+        unpinned = _typed_here(tr, ConfigKey(key.batch_size, ANY_GPU, key.num_gpus), settings.min_busy_s)
         if key.device in unpinned:
             return Estimate(unpinned[key.device], "per type")
     if tr.model.is_fitted and key.device in tr.model.encoder.device_types:

@@ -24,7 +24,7 @@ from trident.autoscaler.policies.trident.inner import gpu_node_cpus
 from trident.autoscaler.policies.trident.records import ConfigKey, key_of
 from trident.autoscaler.policies.trident.settings import TridentSettings
 from trident.autoscaler.policies.trident.track import OperatorTrack
-from trident.core.plan.placement import PlacementProblem
+from trident.core.plan.placement import ANY_GPU, PlacementProblem
 from trident.core.types import OperatorSnapshot, OperatorTarget, Snapshot
 
 
@@ -34,7 +34,7 @@ def measured_types(tr: OperatorTrack, o: OperatorSnapshot, types: list[str], win
     or a rate on while unpinned in this regime (:func:`~.estimates.typed_rates`)."""
     b, g = o.config.batch_size, o.config.num_gpus
     return ({t for t in types if len(tr.measured(ConfigKey(b, t, g))) >= windows}
-            | set(estimates.typed_rates(tr, ConfigKey(b, "gpu", g), min_busy_s)))
+            | set(estimates.typed_rates(tr, ConfigKey(b, ANY_GPU, g), min_busy_s)))
 
 
 @dataclass
