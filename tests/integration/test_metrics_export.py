@@ -4,6 +4,7 @@ import os
 import re
 import socket
 import sys
+import threading
 import time
 import urllib.request
 
@@ -68,51 +69,87 @@ def scrape(port: int) -> list[tuple[str, dict[str, str], float]]:
     return out
 
 
+class _Watcher:
+    """Scrapes the endpoint every 0.3 s from before the run until told to stop, keeping every
+    value each series took, as Prometheus would see them. Ray's agent drops a gauge some seconds
+    after its last update, so a single scrape after the run may miss what a live one saw."""
+
+    def __init__(self, port: int) -> None:
+        self.port, self.seen, self.stop = port, {}, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            self.scrape()
+            self.stop.wait(0.3)
+
+    def scrape(self) -> None:
+        for name, labels, v in scrape(self.port):
+            if name.startswith("ray_trident_"):
+                self.seen.setdefault((name, tuple(sorted(labels.items()))), []).append(v)
+
+    def series(self, execution_id: str) -> list[tuple[str, dict[str, str], list[float]]]:
+        """Each series of ``execution_id``: its name, labels and the values scraped, in order."""
+        return [(n, dict(lab), list(vs)) for (n, lab), vs in list(self.seen.items())
+                if dict(lab).get("execution") == execution_id]
+
+
 def test_trident_series_on_rays_endpoint(metrics_port):
     ds = (ray.data.range(ROWS, override_num_blocks=30)
           .map_batches(_slow)
           .map_batches(_Model, compute=ActorPoolStrategy(min_size=1, max_size=3), num_gpus=0.5, batch_size=10))
-    with trident.autoscale(memory_limit=LIMIT_BYTES, interval_s=0.25) as run:
-        rows = ds.take_all()
-    assert sorted(int(r["id"]) for r in rows) == list(range(ROWS))  # every row exactly once
-    (execution,) = run.executions
-    model_op = next(op.name for op in execution.snapshots[-1].operators if "_Model" in op.name)
+    watcher = _Watcher(metrics_port)
+    try:
+        with trident.autoscale(memory_limit=LIMIT_BYTES, interval_s=0.25) as run:
+            rows = ds.take_all()
+        assert sorted(int(r["id"]) for r in rows) == list(range(ROWS))  # every row exactly once
+        (execution,) = run.executions
+        model_op = next(op.name for op in execution.snapshots[-1].operators if "_Model" in op.name)
 
-    wanted = {"ray_" + s.name + ("_total" if s.kind == "counter" else "") for s in METRICS
-              if s.name not in ("trident_fallbacks", "trident_regime_changes", "trident_predicted_rows_per_s",
-                                "trident_history_plans")}  # a blind run (tests run without history) has none
-    def decided(series):
-        return sum(v for n, _, v in series if n == "ray_trident_decisions_total")
+        # a short run on a busy machine may end before it plans, regime changes or learns history
+        wanted = {"ray_" + s.name + ("_total" if s.kind == "counter" else "") for s in METRICS
+                  if s.name not in ("trident_fallbacks", "trident_regime_changes", "trident_predicted_rows_per_s",
+                                    "trident_history_plans", "trident_plans")}
+        if any(d.plan is not None for d in execution.decisions):
+            wanted.add("ray_trident_plans_total")
 
-    deadline = time.monotonic() + 60
-    while True:  # Ray's agent exports every metrics_report_interval_ms, each series on its own
-        series = [s for s in scrape(metrics_port) if s[1].get("execution") == execution.execution_id]
-        complete = wanted <= {name for name, _, _ in series} and decided(series) >= len(execution.decisions)
-        if complete or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
+        def decided(series):
+            return sum(vs[-1] for n, _, vs in series if n == "ray_trident_decisions_total")
+
+        deadline = time.monotonic() + 60
+        while True:  # Ray's agent exports every metrics_report_interval_ms, each series on its own
+            series = watcher.series(execution.execution_id)
+            complete = wanted <= {name for name, _, _ in series} and decided(series) >= len(execution.decisions)
+            if complete or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    finally:
+        watcher.stop.set()
+        watcher.thread.join()
     assert wanted <= {name for name, _, _ in series}, sorted(wanted - {name for name, _, _ in series})
 
-    def value(name, **labels):
-        found = [v for n, lab, v in series if n == name and all(lab.get(k) == x for k, x in labels.items())]
-        assert found, (name, labels)
+    def values(name, **labels):
+        """The values one series took over the run."""
+        (found,) = [vs for n, lab, vs in series if n == name and all(lab.get(k) == x for k, x in labels.items())]
         return found
 
     assert all(lab["dataset"] == execution.dataset_id and lab["policy"] == "trident" for _, lab, _ in series)
-    assert value("ray_trident_batch_size", operator=model_op) == [10.0]
-    (target,) = value("ray_trident_target_replicas", operator=model_op)
-    assert 1 <= target <= 3
-    (running,) = value("ray_trident_running_replicas", operator=model_op)
-    assert 0 <= running <= 3
-    (heap,) = value("ray_trident_heap_per_replica_bytes", operator=model_op)
-    assert 10 * 2**20 < heap < 16 * 2**30  # a Python worker's resident memory
-    assert value("ray_trident_memory_limit_bytes") == [float(LIMIT_BYTES)]
+    assert set(values("ray_trident_batch_size", operator=model_op)) == {10.0}
+    targets = values("ray_trident_target_replicas", operator=model_op)
+    assert all(0 <= t <= 3 for t in targets) and max(targets) >= 1  # the pool drains to 0 at the end
+    assert all(0 <= r <= 3 for r in values("ray_trident_running_replicas", operator=model_op))
+    heap = values("ray_trident_heap_per_replica_bytes", operator=model_op)
+    assert all(10 * 2**20 < h < 16 * 2**30 for h in heap)  # a Python worker's resident memory
+    assert set(values("ray_trident_memory_limit_bytes")) == {float(LIMIT_BYTES)}
     # the controller may have decided once more than the run polled before it ended
     assert decided(series) >= len(execution.decisions) >= 3
+    plans = sum(vs[-1] for n, _, vs in series if n == "ray_trident_plans_total")
+    assert plans >= sum(d.plan is not None for d in execution.decisions)
     kinds = {lab["kind"] for n, lab, _ in series if n == "ray_trident_decisions_total"}
     assert kinds <= set(trident.core.types.DECISION_KINDS) - {""} | {"none"}, kinds
     planned = {n for d in execution.decisions for n, _ in d.predicted_rows_per_s}
-    predicted = {lab["operator"] for n, lab, v in series if n == "ray_trident_predicted_rows_per_s" and v > 0}
+    predicted = {lab["operator"] for n, lab, vs in series if n == "ray_trident_predicted_rows_per_s" and max(vs) > 0}
     assert planned <= predicted, (planned, predicted)
     # beside Ray Data's own series, under the same dataset label
     ray_data = [lab for n, lab, _ in scrape(metrics_port) if n.startswith("ray_data_")]
