@@ -180,6 +180,25 @@ def test_a_pool_is_read_at_rest_and_while_its_first_tasks_run():
     assert max(rest) <= max(finished) - 250 * 2**20  # no batch's memory in it
 
 
+def test_under_a_memory_limit_what_rays_own_processes_hold_is_read():
+    """A memory limit binds Ray's daemons and system actors too: under one, each snapshot says
+    what they hold beside the pipeline's workers (the raylet, the GCS, Ray Data's actors: tens of
+    MiB at least, under the limit); without one it is not read."""
+    ds = ray.data.range(8, override_num_blocks=4).map_batches(
+        HoldsMemory, fn_constructor_kwargs={"mib": 100, "hold_s": 0.5, "rest_mib": 50},
+        compute=ActorPoolStrategy(min_size=1, max_size=1), num_gpus=0.5, batch_size=2)
+    with trident.autoscale(policy="ray", memory_limit="8GiB", interval_s=0.25) as run:
+        rows = ds.take_all()
+    assert_each_id_once(rows, 8)
+    (execution,) = run.executions
+    other = [s.cluster.other_memory_bytes for s in execution.snapshots]
+    assert all(o is not None for o in other[1:]) and 20 * 2**20 < max(other[1:]) < 8 * 2**30, other
+    assert other[1:] == sorted(other[1:])  # the most read so far
+    with trident.autoscale(policy="ray", interval_s=0.25) as run:
+        assert_each_id_once(ds.take_all(), 8)
+    assert {s.cluster.other_memory_bytes for s in run.executions[0].snapshots} == {None}
+
+
 class _Spins:
     def __call__(self, batch):
         end = time.process_time() + 0.6

@@ -8,14 +8,14 @@ from trident.core.types import Decision, OperatorTarget, Plan
 from test_report import record
 
 
-def test_side_by_side_has_both_runs_and_the_ratio():
+def test_side_by_side_has_both_runs_and_the_speedup():
     base = figures("stock Ray Data", record(), wall_s=20.0, rows=300)
     ours = figures("trident", record(), wall_s=10.0, rows=300)
     assert ours.rows_per_s == 30.0 and ours.failed_tasks == 1 and ours.peak_heap_mib == 200
     table = side_by_side([base, ours], unit="pages")
     lines = table.splitlines()
-    assert "stock Ray Data" in lines[0] and "trident" in lines[0] and "ratio" in lines[0]
-    assert lines[1].split()[-1] == "0.50x"  # wall time: trident's over stock Ray's
+    assert "stock Ray Data" in lines[0] and "trident" in lines[0] and "speedup" in lines[0]
+    assert lines[1].split()[-1] == "2.00x"  # wall time: stock Ray's over trident's, above 1 when trident is faster
     assert lines[2].startswith("pages/s") and lines[2].split()[-1] == "2.00x"
     assert 5 <= len(lines) <= 10
 

@@ -213,6 +213,31 @@ def test_a_slow_pool_on_real_ray_is_scaled_early_within_the_memory_limit():
     assert re.search(r"on 48 rows left", first.reason), first.reason
 
 
+def test_what_rays_own_processes_hold_comes_off_the_memory_limit():
+    """A node's memory limit binds Ray's daemons, system actors and idle workers too (~0.4-0.6 GiB
+    on a local Ray): the shim reads them (``ClusterView.other_memory_bytes``) and the workers get
+    the rest. With 1 GiB held beside them, 5 GiB holds four replicas of 750 MiB x 1.15 in all."""
+    policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5 * GiB, seed=0),
+                           settings=TridentSettings(bo_trials=0))
+    first = None
+    for k in range(60):
+        snap = _ray_like(float(k), ocr_replicas=1, ocr_out=k // 4, embed_out=8 * (k // 32))
+        d = policy.step(replace(snap, cluster=replace(snap.cluster, other_memory_bytes=1 * GiB)), float(k))
+        if d.plan is not None:
+            first = d
+            break
+    assert first is not None, "no plan"
+    (target,) = [x for x in first.plan.targets if x.name == "ocr"]
+    assert target.replicas == 3, first.reason  # 4 without what Ray holds (the test above)
+
+
+def test_the_workers_share_of_a_limit():
+    assert estimates.workers_memory(None, ClusterView(cpus=1, gpus=0, other_memory_bytes=GiB)) is None
+    assert estimates.workers_memory(5 * GiB, ClusterView(cpus=1, gpus=0)) == 5 * GiB  # nothing read
+    assert estimates.workers_memory(5 * GiB, ClusterView(cpus=1, gpus=0, other_memory_bytes=GiB)) == 4 * GiB
+    assert estimates.workers_memory(GiB, ClusterView(cpus=1, gpus=0, other_memory_bytes=2 * GiB)) == 0
+
+
 def test_a_pool_read_live_grows_before_its_first_task_finishes():
     """Ray Data reports a task's memory only when it finishes (the video benchmark's first OCR
     tasks ran 5 s while Ray's autoscaler already grew the pool): a live reading of the running

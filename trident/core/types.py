@@ -143,6 +143,10 @@ class ClusterView:
     """CPUs of the nodes of each accelerator type (what actors pinned to the type can use)."""
     object_store_bytes: int | None = None
     memory_limit_bytes: int | None = None
+    other_memory_bytes: int | None = None
+    """Memory Ray's own processes hold on the driver's machine beside the pipeline's workers (its
+    daemons, system actors, idle workers, trident's controller; bytes, the most read so far;
+    ``None``: not read). Under a memory limit the workers get the rest."""
     nodes: tuple[NodeShape, ...] = ()
     """The live nodes, as Ray schedules on them (empty where unknown: then only the totals count)."""
     host_cores: int | None = None

@@ -38,7 +38,9 @@ def figures(label: str, record: RunRecord, *, wall_s: float, rows: int) -> RunFi
 
 
 def side_by_side(runs: list[RunFigures], *, unit: str = "rows") -> str:
-    """A small table, one column per run; the last column's ratio to the first is added."""
+    """A small table, one column per run, and how much faster the last run was than the first
+    (``speedup``: the first's wall time over the last's, and the last's rows/s over the first's;
+    above 1 the last run was faster)."""
     heads = [""] + [r.label for r in runs]
     lines = [
         ["wall time"] + [f"{r.wall_s:.1f} s" for r in runs],
@@ -48,8 +50,8 @@ def side_by_side(runs: list[RunFigures], *, unit: str = "rows") -> str:
         ["reconfigurations"] + [str(r.reconfigurations) for r in runs],
     ]
     if len(runs) > 1 and runs[0].rows_per_s > 0:
-        heads.append("ratio")
-        lines[0].append(f"{runs[-1].wall_s / runs[0].wall_s:.2f}x" if runs[0].wall_s else "-")
+        heads.append("speedup")
+        lines[0].append(f"{runs[0].wall_s / runs[-1].wall_s:.2f}x" if runs[-1].wall_s else "-")
         lines[1].append(f"{runs[-1].rows_per_s / runs[0].rows_per_s:.2f}x")
         for row in lines[2:]:
             row.append("")

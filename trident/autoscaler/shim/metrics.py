@@ -12,9 +12,11 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 from trident.autoscaler.shim.actor_processes import ActorProcesses, host_cpu
+from trident.autoscaler.shim.ray_memory import RayMemory
 from trident.core.cluster import ACCELERATOR_PREFIX, NodeShape, node_shapes
 from trident.core.types import ClusterView, OperatorConfig, OperatorSnapshot, Snapshot, TypeUsage
 
@@ -151,6 +153,7 @@ class SnapshotBuilder:
         self._rss: dict[Any, int] = {}
         self._live = ActorProcesses()
         self._waits = SlotWait()
+        self._ray_memory = RayMemory()
         for op in executor._topology:
             if kinds[op] != "other":
                 recent_samples_tracker(op.metrics.max_uss_bytes)
@@ -160,8 +163,11 @@ class SnapshotBuilder:
     def snapshot(self, time_s: float, *, applied_plan_seq: int = 0) -> Snapshot:
         ops = tuple(self._operator(i, op, state, time_s) for i, (op, state) in enumerate(self.executor._topology.items()))
         self.seq += 1
+        cluster = self.cluster.view(time_s)
+        if cluster.memory_limit_bytes is not None:  # only a limit needs what Ray holds beside the workers
+            cluster = replace(cluster, other_memory_bytes=self._ray_memory.read(time_s, [o.name.split('#')[0] for o in ops]))
         return Snapshot(execution_id=self.execution_id, seq=self.seq, time_s=time_s, operators=ops,
-                        cluster=self.cluster.view(time_s), input_rows_total=self._input_rows_total(),
+                        cluster=cluster, input_rows_total=self._input_rows_total(),
                         applied_plan_seq=applied_plan_seq)
 
     def _input_rows_total(self) -> int | None:

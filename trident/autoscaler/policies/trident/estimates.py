@@ -10,7 +10,7 @@ from trident.core.plan.placement import ANY_GPU, CPU
 from trident.autoscaler.policies.trident.records import ConfigKey, Estimate, key_of
 from trident.autoscaler.policies.trident.settings import TridentSettings
 from trident.autoscaler.policies.trident.track import OperatorTrack, busy_rate, mostly_starting
-from trident.core.types import OperatorSnapshot, Snapshot
+from trident.core.types import ClusterView, OperatorSnapshot, Snapshot
 
 
 def is_sink(op: OperatorSnapshot) -> bool:
@@ -141,6 +141,15 @@ def at_start(tr: OperatorTrack, key: ConfigKey, source: str) -> bool:
     if source == "busy time":
         return tr.starting_s is not None and tr.starting_s >= tr.since_s(key)
     return False
+
+
+def workers_memory(limit_bytes: int | None, cluster: ClusterView) -> int | None:
+    """What a memory limit leaves the pipeline's workers (bytes): the limit less what Ray's own
+    processes hold beside them on the driver's machine (:attr:`ClusterView.other_memory_bytes`);
+    ``None`` without a limit."""
+    if limit_bytes is None:
+        return None
+    return max(limit_bytes - (cluster.other_memory_bytes or 0), 0)
 
 
 def heap(tr: OperatorTrack, key: ConfigKey, settings: TridentSettings) -> float:

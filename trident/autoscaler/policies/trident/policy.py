@@ -201,7 +201,7 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         if not ops:
             return Decision(time_s=now, reason="nothing to plan: every operator is done", notes=tuple(notes),
                             kind="done")
-        planning = problem.build(snap, ops, self.tracks, self.settings, self.context.memory_limit_bytes)
+        planning = problem.build(snap, ops, self.tracks, self.settings, self._limit(snap))
         if planning.problem is None:  # looked again at the next step: the evidence may come any moment
             return Decision(time_s=now, reason=planning.why, notes=tuple(notes), kind="observe")
         prob, capped_by = self._with_ceilings(planning.problem, snap, now)
@@ -328,7 +328,7 @@ class TridentPolicy(RolloutSteps, BatchTuning):
     def _below_one_replica(self, snap: Snapshot, ops) -> str:
         """Why the memory limit cannot be met at all ('' when it can): one replica of every pool
         (its minimum) already needs more heap than the limit allows."""
-        limit = self.context.memory_limit_bytes
+        limit = self._limit(snap)
         if limit is None:
             return ""
         heaps = self._heaps(snap)
@@ -337,8 +337,8 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         if need <= limit:
             return ""
         each = ", ".join(f"{o.name} {heaps[o.name] / 2**20:.0f} MiB" for o in pools if heaps.get(o.name))
-        return (f"keep: the memory limit ({limit / 2**20:.0f} MiB) is below what the pools' minimum replicas need "
-                f"({need / 2**20:.0f} MiB measured with its margin: {each}); trident cannot go below a pool's "
+        return (f"keep: the memory limit leaves the workers {limit / 2**20:.0f} MiB, below what the pools' minimum "
+                f"replicas need ({need / 2**20:.0f} MiB measured with its margin: {each}); trident cannot go below a pool's "
                 f"minimum, so it holds every pool there and adds no replica")
 
     def _with_ceilings(self, prob, snap: Snapshot, now: float):

@@ -145,7 +145,7 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
     if demands is not None:
         specs, factors = [replace(sp, demand=d) for sp, d in zip(specs, demands)], demands
     specs = bound_held(specs, factors, slots=cluster.cpus + cluster.gpus)
-    limit = memory_limit_bytes or cluster.memory_limit_bytes
+    limit = memory_limit_bytes if memory_limit_bytes is not None else cluster.memory_limit_bytes
     problem = PlacementProblem(operators=tuple(specs), node_types=tuple(nodes),
                                current=Allocation.of(nodes_of.on_nodes(current, specs, nodes)),
                                memory_limit_bytes=limit, cpus_limit=cluster.cpus, gpus_limit=cluster.gpus,

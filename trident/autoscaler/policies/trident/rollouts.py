@@ -34,7 +34,7 @@ class RolloutSteps:
         stuck = self.phases.stuck(snap, now, patience_steps=s.stuck_intervals,
                                   cold_start_s={n: estimates.cold_start_s(tr, snap.operator(n), s)
                                                 for n, tr in self.tracks.items() if n in self.phases.operators()},
-                                  heap_bytes=self._heaps(snap), memory_limit_bytes=self.context.memory_limit_bytes,
+                                  heap_bytes=self._heaps(snap), memory_limit_bytes=self._limit(snap),
                                   margin=s.memory_margin)
         if stuck is not None and not stuck.drain:
             return self._replan(stuck, snap, now, notes)
@@ -94,7 +94,7 @@ class RolloutSteps:
     def _inner(self, snap: Snapshot, now: float, notes: list[str]) -> Decision | None:
         targets, reasons, self.held_back = inner_targets(
             self.learned.within(snap), {**self.bounds, **self._first_batch_holds(snap)}, self._heaps(snap),
-            memory_limit_bytes=self.context.memory_limit_bytes, settings=self.settings, skip=self.phases.operators(),
+            memory_limit_bytes=self._limit(snap), settings=self.settings, skip=self.phases.operators(),
             wanted=self.held_back, since_grew=self.growth.since(snap))
         fresh = [(t, r) for t, r in zip(targets, reasons) if self.inner_sent.get(t.name) != t.replicas]
         if not fresh:
@@ -119,6 +119,9 @@ class RolloutSteps:
                 for o in snap.operators
                 if o.config.kind == "actor" and o.config.batch_size and o.tasks_finished == 0 and not o.completed
                 and tuner.may_try_larger(snap, o, heaps, limit)}
+
+    def _limit(self, snap: Snapshot) -> int | None:
+        return estimates.workers_memory(self.context.memory_limit_bytes, snap.cluster)
 
     def _heaps(self, snap: Snapshot) -> dict[str, float]:
         return {o.name: estimates.heap(self.tracks[o.name], key_of(o.config), self.settings)

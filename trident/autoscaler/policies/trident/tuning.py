@@ -96,7 +96,7 @@ class BatchTuning:
         replica (at most the trial's count)."""
         t = trial.target
         c = snap.operator(t.name).config
-        room = room_of(snap, held or {}, self._heaps(snap), self.context.memory_limit_bytes,
+        room = room_of(snap, held or {}, self._heaps(snap), self._limit(snap),
                        margin=self.settings.memory_margin)
         n = t.replicas
         if c.num_gpus > 0:

@@ -1,0 +1,125 @@
+"""A real memory limit for the demo's embedded Ray: a Linux memory cgroup (v1 ``memory.limit_in_bytes``
+or v2 ``memory.max``) made under this process's own cgroup, which Ray's processes are started in.
+
+The driver joins the cgroup only while ``ray.init`` starts Ray's daemons (the raylet, the GCS and
+every worker they start later inherit it), then goes back: the limit binds Ray, not the demo's
+own reading of its results. Over the limit the kernel's OOM killer ends a process in the cgroup
+(Ray starts its workers with ``oom_score_adj`` 1000, so a worker goes first).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path("/sys/fs/cgroup")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where this process's memory cgroup lives and how its files are named."""
+
+    version: int
+    """1 or 2."""
+    own: Path
+    """This process's memory cgroup folder."""
+
+    @property
+    def limit_file(self) -> str:
+        return "memory.limit_in_bytes" if self.version == 1 else "memory.max"
+
+    @property
+    def peak_file(self) -> str:
+        return "memory.max_usage_in_bytes" if self.version == 1 else "memory.peak"
+
+    @property
+    def events_file(self) -> str:
+        return "memory.oom_control" if self.version == 1 else "memory.events"
+
+
+def find_layout(root: Path = ROOT, proc_cgroup: Path = Path("/proc/self/cgroup")) -> Layout | str:
+    """This process's memory cgroup, or why there is none to use (a plain sentence)."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError as err:
+        return f"no cgroups here ({err.strerror or err})"
+    for line in lines:  # "<id>:<controllers>:<path>"
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(",") and (root / "memory").is_dir():
+            return Layout(1, root / "memory" / path.lstrip("/"))
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "" and (root / "cgroup.controllers").is_file():
+            if "memory" not in (root / "cgroup.controllers").read_text().split():
+                return "cgroup v2 without the memory controller"
+            return Layout(2, root / path.lstrip("/"))
+    return "no memory cgroup for this process"
+
+
+class MemoryCgroup:
+    """A memory cgroup of ``limit_bytes`` under this process's own; remove it once Ray is down."""
+
+    def __init__(self, limit_bytes: int, *, layout: Layout, name: str | None = None) -> None:
+        if limit_bytes <= 0:
+            raise ValueError(f"a memory limit must be positive, not {limit_bytes}")
+        self.layout, self.limit_bytes = layout, int(limit_bytes)  # bytes (None: attached without one)
+        self.path = layout.own / (name or f"trident-demo-{os.getpid()}")
+        self._home = layout.own
+        self.path.mkdir(exist_ok=True)
+        self._write(layout.limit_file, str(self.limit_bytes))
+        if layout.version == 1:
+            self._write("memory.swappiness", "0")  # over the limit, processes are killed, not swapped
+        else:
+            self._write("memory.swap.max", "0")
+
+    @classmethod
+    def attach(cls, path: Path, *, layout: Layout) -> "MemoryCgroup":
+        """A cgroup another process made (its limit as it is)."""
+        self = cls.__new__(cls)
+        self.layout, self.path, self._home = layout, Path(path), layout.own
+        text = (self.path / layout.limit_file).read_text().strip()
+        self.limit_bytes = None if text == "max" else int(text)
+        return self
+
+    def pids(self) -> list[int]:
+        """The processes in the cgroup now."""
+        return [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+
+    def _write(self, name: str, value: str) -> None:
+        try:
+            (self.path / name).write_text(value)
+        except OSError:
+            if name == self.layout.limit_file:
+                raise
+
+    def join(self) -> None:
+        """Move this process into the cgroup (processes it starts from now on are in it too)."""
+        (self.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def leave(self) -> None:
+        """Move this process back to its own cgroup (its children stay)."""
+        (self._home / "cgroup.procs").write_text(str(os.getpid()))
+
+    def peak_bytes(self) -> int:
+        """The most memory the cgroup has held since it was made or :meth:`reset_peak`, bytes."""
+        return int((self.path / self.layout.peak_file).read_text().split()[0])
+
+    def reset_peak(self) -> None:
+        """Start the peak afresh (v1 only; under v2 the peak stays the cgroup's)."""
+        if self.layout.version == 1:
+            self._write(self.layout.peak_file, "0")
+
+    def oom_kills(self) -> int:
+        """Processes the kernel's OOM killer has ended in the cgroup so far."""
+        for line in (self.path / self.layout.events_file).read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+        return 0
+
+    def remove(self) -> None:
+        """Remove the cgroup (every process in it must have exited: shut Ray down first)."""
+        try:
+            self.path.rmdir()
+        except OSError:
+            pass
