@@ -59,21 +59,8 @@ def _child(args: argparse.Namespace) -> None:
     }), flush=True)
 
 
-def _kill_all(cg) -> None:
-    for _ in range(5):
-        pids = cg.pids()
-        if not pids:
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(1.0)
-
-
 def _run(policy: str, args: argparse.Namespace, layout, inputs: Path, work: Path) -> dict:
-    from trident.demos.cgroup import MemoryCgroup
+    from trident.demos.cgroup import MemoryCgroup, release
 
     cg = MemoryCgroup(args.limit, layout=layout, name=f"trident-bench-{os.getpid()}-{policy}")
     cmd = [sys.executable, __file__, "--child", "--policy", policy, "--cgroup", str(cg.path), "--inputs", str(inputs),
@@ -94,8 +81,7 @@ def _run(policy: str, args: argparse.Namespace, layout, inputs: Path, work: Path
     row.setdefault("finished", True)
     row.setdefault("oom_kills", cg.oom_kills())
     row["elapsed_s"] = round(time.monotonic() - t0, 1)
-    _kill_all(cg)
-    cg.remove()
+    release(cg)
     return row
 
 

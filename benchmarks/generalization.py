@@ -206,7 +206,8 @@ def run_once(drawn: Drawn, policy: str, *, scale: float, expected: np.ndarray, r
     (work / "pids").mkdir()
     limit = real_limit(drawn, scale)
     ds = build(drawn, str(work / "pids"), scale)
-    run = trident.autoscale(policy=policy, memory_limit=limit, controller_timeout_s=120.0, history=False)
+    run = trident.autoscale(policy=policy, memory_limit=limit, controller_timeout_s=120.0, history=False,
+                            memory_scope="workers")  # the watchdog holds the stand-ins alone to the limit
     wall_s, error, kills = write_watched(ds, run, work, limit)
     keys = (np.sort(pq.read_table(str(work / "out"), columns=["key"]).column("key").to_numpy())
             if (work / "out").exists() else np.zeros(0, dtype=np.int64))

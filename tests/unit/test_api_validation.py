@@ -166,3 +166,10 @@ def test_a_policy_without_step_is_named_plainly():
     assert line.startswith("ConfigError: policy=") and "step(snapshot, now)" in line
     assert "\x1b" not in line and "\n" not in line
     assert describe_failure(RuntimeError("actor died\nmore")) == "RuntimeError: actor died"
+
+
+@pytest.mark.parametrize("bad", ["node", "", None, 1])
+def test_memory_scope_is_ray_or_workers(bad):
+    with pytest.raises(ConfigError, match="memory_scope"):
+        trident.autoscale(memory_limit="1GiB", memory_scope=bad)
+    assert AutoscaleConfig.from_user(memory_limit="1GiB", memory_scope="workers").memory_scope == "workers"

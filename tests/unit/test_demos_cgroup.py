@@ -73,3 +73,19 @@ def test_the_kernel_kills_a_process_over_the_limit():
     finally:
         cg.remove()
     assert not cg.path.exists()
+
+
+def test_the_demo_applies_the_limit_where_it_can_and_says_so_where_it_cannot(tmp_path):
+    from trident.demos.cgroup import limit_for_ray
+
+    assert limit_for_ray(None) == (None, "")
+    cg, note = limit_for_ray(2 * 2**30, "no memory cgroup for this process")
+    assert cg is None and "trident's alone" in note and "no memory cgroup for this process" in note
+    own = tmp_path / "memory" / "me"
+    own.mkdir(parents=True)
+    cg, note = limit_for_ray(2 * 2**30, Layout(1, own))
+    assert cg is not None and (cg.path / "memory.limit_in_bytes").read_text() == str(2 * 2**30)
+    assert "2.00 GiB" in note and "cgroup" in note and "alone" not in note
+    (own / "file").write_text("")  # a cgroup cannot be made where a file stands in the way
+    blocked, note = limit_for_ray(2 * 2**30, Layout(1, own / "file"))
+    assert blocked is None and "trident's alone" in note

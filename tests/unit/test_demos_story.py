@@ -18,6 +18,10 @@ def test_side_by_side_has_both_runs_and_the_speedup():
     assert lines[1].split()[-1] == "2.00x"  # wall time: stock Ray's over trident's, above 1 when trident is faster
     assert lines[2].startswith("pages/s") and lines[2].split()[-1] == "2.00x"
     assert 5 <= len(lines) <= 10
+    assert "OOM-killed" not in table  # no cgroup counted them
+    killed = side_by_side([replace(base, oom_kills=41), replace(ours, oom_kills=1)], unit="pages")
+    (row,) = [ln for ln in killed.splitlines() if ln.startswith("processes OOM-killed")]
+    assert row.split()[-2:] == ["41", "1"]
 
 
 def test_changes_name_targets_and_reasons_and_count_inner_moves():

@@ -218,12 +218,14 @@ def _config_dict(config: AutoscaleConfig) -> dict[str, Any]:
 def autoscale(*, policy: Any = "trident", memory_limit: object = None, interval_s: float = 1.0,
               dry_run: bool = False, log_dir: str | None = None, seed: int = 0,
               controller_timeout_s: float = 60.0, start_slots: int | None = None,
-              history: object = True) -> Run:
+              history: object = True, memory_scope: str = "ray") -> Run:
     """Control every Ray Data execution run inside the returned context manager.
 
     ``policy``: a registered policy name (``"trident"``, ``"ds2"``, ``"static"``, ``"ray"``), or a
     policy factory ``factory(context=PolicyContext) -> Policy`` (it must be picklable).
-    ``memory_limit``: worker-memory ceiling (bytes or ``"16GiB"``) handed to the policy.
+    ``memory_limit``: the memory Ray may use on the driver's machine (bytes or ``"16GiB"``); the
+    ``trident`` policy plans the workers within what Ray's own processes leave of it
+    (``memory_scope="workers"``: the limit covers the pipeline's workers alone).
     ``interval_s``: seconds between snapshots (>= 0.05). ``dry_run``: decide and record, change nothing.
     ``log_dir``: write ``trident-run.{json,txt,png}`` there when the block ends (created and
     checked for writing now; a failure to write at the end is a warning, never an exception).
@@ -237,4 +239,4 @@ def autoscale(*, policy: Any = "trident", memory_limit: object = None, interval_
     return Run(AutoscaleConfig.from_user(policy=policy, memory_limit=memory_limit, interval_s=interval_s,
                                          dry_run=dry_run, log_dir=log_dir, seed=seed,
                                          controller_timeout_s=controller_timeout_s, start_slots=start_slots,
-                                         history=history))
+                                         history=history, memory_scope=memory_scope))

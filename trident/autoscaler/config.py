@@ -24,6 +24,9 @@ def valid_policy_names() -> list[str]:
     return POLICIES.names()
 
 
+MEMORY_SCOPES = ("ray", "workers")
+"""What a ``memory_limit`` may cover (:class:`AutoscaleConfig`)."""
+
 @dataclass(frozen=True, kw_only=True)
 class AutoscaleConfig:
     """Everything ``trident.autoscale`` was asked to do, checked before Ray is touched.
@@ -39,6 +42,10 @@ class AutoscaleConfig:
     ``history``: where what each operator taught is kept across runs (:mod:`trident.history.store`):
     ``True`` the default store (``TRIDENT_HISTORY`` or the user's cache folder), a path, or
     ``False`` for none.
+    ``memory_scope``: what ``memory_limit`` covers: ``"ray"`` every Ray process on the driver's
+    machine (a node's or container's limit: what Ray's own processes hold is read and the
+    workers get the rest), ``"workers"`` the pipeline's workers alone (a harness that holds
+    only them to it).
     """
 
     policy: Any = "trident"
@@ -50,6 +57,7 @@ class AutoscaleConfig:
     controller_timeout_s: float = 60.0
     start_slots: int | None = None
     history: bool | str = True
+    memory_scope: str = "ray"
 
     def __post_init__(self) -> None:
         if isinstance(self.policy, str) or not callable(self.policy):
@@ -59,6 +67,8 @@ class AutoscaleConfig:
                                   + " (or a policy factory: callable(context=PolicyContext) -> Policy)")
         if self.memory_limit_bytes is not None:
             parse_memory_bytes(self.memory_limit_bytes, "memory_limit")
+        if self.memory_scope not in MEMORY_SCOPES:
+            raise ConfigError("memory_scope", self.memory_scope, " or ".join(repr(m) for m in MEMORY_SCOPES))
         if not _finite_number(self.interval_s) or self.interval_s < MIN_INTERVAL_S:
             raise ConfigError("interval_s", self.interval_s,
                               f"a positive number of seconds >= {MIN_INTERVAL_S}, e.g. 1.0")

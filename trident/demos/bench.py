@@ -276,7 +276,8 @@ def run_once(workload: Workload, blocks: list[list[dict]], curves: dict[str, Cos
     pid_dir.mkdir()
     ds = build(workload, blocks, curves, cluster, pools=pools, pid_dir=str(pid_dir))
     run = trident.autoscale(policy=policy, memory_limit=cluster.memory_limit_bytes, interval_s=interval_s,
-                            controller_timeout_s=120.0, history=False) if policy else None
+                            controller_timeout_s=120.0, history=False,
+                            memory_scope="workers") if policy else None  # the watchdog counts the workers
     error = None
     with MemoryWatchdog(str(pid_dir), cluster.memory_limit_bytes, kill=kill) as dog:
         t0 = time.perf_counter()

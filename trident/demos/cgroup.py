@@ -123,3 +123,42 @@ class MemoryCgroup:
             self.path.rmdir()
         except OSError:
             pass
+
+
+def limit_for_ray(limit_bytes: int | None, layout: Layout | str | None = None) -> tuple[MemoryCgroup | None, str]:
+    """A cgroup that will hold Ray's processes under ``limit_bytes`` where this machine allows it
+    (``layout``: default this process's), and one line saying how the limit is enforced."""
+    if limit_bytes is None:
+        return None, ""
+    layout = find_layout() if layout is None else layout
+    gib = f"{limit_bytes / 2**30:.2f} GiB"
+    alone = f"memory limit {gib}: trident's alone, stock Ray Data does not see it"
+    if isinstance(layout, str):
+        return None, f"{alone} (no memory cgroup to enforce it: {layout})"
+    try:
+        cg = MemoryCgroup(limit_bytes, layout=layout)
+    except OSError as err:
+        return None, f"{alone} (no cgroup could be made under {layout.own}: {err.strerror or err})"
+    return cg, (f"memory limit {gib}: Ray's processes run in a memory cgroup of that size in every run "
+                f"(over it the kernel kills one)")
+
+
+def release(cg: MemoryCgroup) -> None:
+    """End what is left in ``cg`` (Ray shut down first) and remove it."""
+    import signal
+    import time
+
+    for _ in range(5):
+        try:
+            pids = cg.pids()
+        except OSError:
+            return
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.5)
+    cg.remove()

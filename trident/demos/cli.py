@@ -42,7 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", type=autoscale_policy, default="trident",
                         help="autoscaling policy: trident, ds2, ray or static")
     parser.add_argument("--memory-limit", type=memory_size, default=None,
-                        help="memory the pipeline may use, e.g. 8GiB (default: no limit)")
+                        help="memory Ray may use, e.g. 3GiB: where a memory cgroup can be made (Linux, as "
+                             "root), Ray's processes run under it in every run; trident plans within it "
+                             "(default: no limit)")
     parser.add_argument("--size", type=integer(1), default=None,
                         help="scanned documents (pdf; twice as many text ones) or clips (video) "
                              "(default: the --small or full size)")
@@ -92,6 +94,8 @@ def _run(args: argparse.Namespace, policy: str, paths, truth, out: Path, progres
 
 
 def main(args: argparse.Namespace) -> int:
+    from trident.core.units import parse_memory_bytes
+    from trident.demos.cgroup import limit_for_ray, release
     from trident.demos.runner import quiet_stderr, start_ray
     from trident.demos.story import changes, figures, side_by_side
 
@@ -103,10 +107,19 @@ def main(args: argparse.Namespace) -> int:
     print(f"trident demo {args.workload}: {what}")
     print(f"runs: {' then '.join(policies)} (the same input"
           + ("; no history of earlier runs: both start blind" if args.compare else "") + f"); output in {out}/")
-    results = {}
+    cgroup, note = limit_for_ray(parse_memory_bytes(args.memory_limit, "--memory-limit"))
+    if note:
+        print(note)
+    results, kills = {}, {}
     ray_log = out / "ray.log"
     with nullcontext(sys.stderr) if args.verbose else quiet_stderr(ray_log) as terminal:
-        start_ray(num_cpus=args.cpus, num_gpus=args.gpus, verbose=args.verbose)
+        if cgroup is not None:
+            cgroup.join()  # Ray's daemons, and every worker they start, inherit the cgroup
+        try:
+            start_ray(num_cpus=args.cpus, num_gpus=args.gpus, verbose=args.verbose)
+        finally:
+            if cgroup is not None:
+                cgroup.leave()  # the driver reads the results outside it
         try:
             if len(policies) > 1:  # the first timed run must not pay for cold caches alone
                 # untimed: Ray's worker processes and trident's controller (kept for the next run)
@@ -114,11 +127,15 @@ def main(args: argparse.Namespace) -> int:
                 _run(args, "ray", paths[:1] + paths[-1:], truth, out / "warmup", None)
                 shutil.rmtree(out / "warmup", ignore_errors=True)
             for policy in policies:
+                before = cgroup.oom_kills() if cgroup is not None else None
                 results[policy] = _run(args, policy, paths, truth, out / policy, terminal)
+                kills[policy] = cgroup.oom_kills() - before if cgroup is not None else None
         finally:
             import ray
 
             ray.shutdown()
+            if cgroup is not None:
+                release(cgroup)
     unit = "pages" if args.workload == "pdf" else "scenes"
     ok = True
     print()
@@ -135,7 +152,7 @@ def main(args: argparse.Namespace) -> int:
         for note in results[args.policy].notes:
             print(note)
     label = {"ray": "stock Ray Data", "trident": "trident"}
-    rows = [figures(label.get(p, p), r.run.record, wall_s=r.wall_s, rows=r.rows)
+    rows = [figures(label.get(p, p), r.run.record, wall_s=r.wall_s, rows=r.rows, oom_kills=kills.get(p))
             for p, r in reversed(results.items())]  # the baseline's column first
     print()
     print(side_by_side(rows, unit=unit))

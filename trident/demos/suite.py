@@ -307,7 +307,8 @@ def run_once(sc: Scenario, policy: str, *, interval_s: float = 1.0, history: boo
     limit = int(sc.memory_limit_mb * 2**20) if sc.memory_limit_mb else None
     ds = build(sc, policy, str(work / "pids"))
     run = trident.autoscale(policy="static" if policy == "tuned" else policy, memory_limit=limit,
-                            interval_s=interval_s, controller_timeout_s=120.0, history=history)
+                            interval_s=interval_s, controller_timeout_s=120.0, history=history,
+                            memory_scope="workers")  # the watchdog holds the stand-ins alone to the limit
     wall_s, error, kills = write_watched(ds, run, work, limit)
     ids = pq.read_table(str(work / "out"), columns=["id"]).column("id").to_pylist() if (work / "out").exists() else []
     wait_for_exit([int(f.name) for f in (work / "pids").iterdir() if f.name.isdigit()])

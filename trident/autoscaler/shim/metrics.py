@@ -139,8 +139,10 @@ class SnapshotBuilder:
     """Builds snapshots of one execution; keeps the previous counters to compute rates."""
 
     def __init__(self, *, executor: Any, execution_id: str, kinds: dict[Any, str], names: OperatorNames,
-                 cap_of: Any, cluster: ClusterWatch, held_of: Callable[[Any], int] = lambda op: 0) -> None:
-        """``held_of(op)``: actors the pool would start and waits to (counted as pending)."""
+                 cap_of: Any, cluster: ClusterWatch, held_of: Callable[[Any], int] = lambda op: 0,
+                 ray_memory: bool = True) -> None:
+        """``held_of(op)``: actors the pool would start and waits to (counted as pending);
+        ``ray_memory``: under a memory limit, read what Ray's own processes hold beside the workers."""
         self.executor = executor
         self.held_of = held_of
         self.execution_id = execution_id
@@ -153,7 +155,7 @@ class SnapshotBuilder:
         self._rss: dict[Any, int] = {}
         self._live = ActorProcesses()
         self._waits = SlotWait()
-        self._ray_memory = RayMemory()
+        self._ray_memory = RayMemory() if ray_memory else None
         for op in executor._topology:
             if kinds[op] != "other":
                 recent_samples_tracker(op.metrics.max_uss_bytes)
@@ -164,8 +166,9 @@ class SnapshotBuilder:
         ops = tuple(self._operator(i, op, state, time_s) for i, (op, state) in enumerate(self.executor._topology.items()))
         self.seq += 1
         cluster = self.cluster.view(time_s)
-        if cluster.memory_limit_bytes is not None:  # only a limit needs what Ray holds beside the workers
-            cluster = replace(cluster, other_memory_bytes=self._ray_memory.read(time_s, [o.name.split('#')[0] for o in ops]))
+        if cluster.memory_limit_bytes is not None and self._ray_memory is not None:  # a limit on all of Ray
+            names = [o.name.split("#")[0] for o in ops]
+            cluster = replace(cluster, other_memory_bytes=self._ray_memory.read(time_s, names))
         return Snapshot(execution_id=self.execution_id, seq=self.seq, time_s=time_s, operators=ops,
                         cluster=cluster, input_rows_total=self._input_rows_total(),
                         applied_plan_seq=applied_plan_seq)

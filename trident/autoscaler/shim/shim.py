@@ -112,7 +112,7 @@ class ExecutionShim:
         self.builder = SnapshotBuilder(
             executor=self.executor, execution_id=self.execution_id, kinds=self.kinds, names=self.names,
             cap_of=self._cap_of, cluster=ClusterWatch(self.executor._resource_manager, self.config.memory_limit_bytes),
-            held_of=lambda op: self.held.get(op, 0))
+            held_of=lambda op: self.held.get(op, 0), ray_memory=self.config.memory_scope == "ray")
         self.start_slots = self.config.start_slots or cluster_start_slots()
         self.observing = True
         self.client = self.run._controller_client()
