@@ -137,8 +137,8 @@ def main() -> None:
         inputs.write_text(json.dumps(pdf_inputs(Path(tmp) / "input", seed=0, samples_dir=SAMPLES_PDF_DIR,
                                                 **PDF_SIZES["full"])))
         rows = []
-        for policy in args.policies:
-            rows.append(_run(policy, args, layout, inputs, Path(tmp) / "work"))
+        for i, policy in enumerate(args.policies):
+            rows.append(_run(policy, args, layout, inputs, Path(tmp) / f"work-{i}"))
             print(json.dumps({k: v for k, v in rows[-1].items() if k != "decisions"}), flush=True)
     base = next((r for r in rows if r["policy"] == "ray" and r["finished"]), None)
     for r in rows:
