@@ -27,6 +27,7 @@ def valid_policy_names() -> list[str]:
 MEMORY_SCOPES = ("ray", "workers")
 """What a ``memory_limit`` may cover (:class:`AutoscaleConfig`)."""
 
+
 @dataclass(frozen=True, kw_only=True)
 class AutoscaleConfig:
     """Everything ``trident.autoscale`` was asked to do, checked before Ray is touched.

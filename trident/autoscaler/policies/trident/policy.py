@@ -337,9 +337,9 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         if need <= limit:
             return ""
         each = ", ".join(f"{o.name} {heaps[o.name] / 2**20:.0f} MiB" for o in pools if heaps.get(o.name))
-        return (f"keep: the memory limit leaves the workers {limit / 2**20:.0f} MiB, below what the pools' minimum "
-                f"replicas need ({need / 2**20:.0f} MiB measured with its margin: {each}); trident cannot go below a pool's "
-                f"minimum, so it holds every pool there and adds no replica")
+        return (f"keep: the memory limit leaves the workers {limit / 2**20:.0f} MiB, below what the pools' "
+                f"minimum replicas need ({need / 2**20:.0f} MiB measured with its margin: {each}); trident cannot "
+                f"go below a pool's minimum, so it holds every pool there and adds no replica")
 
     def _with_ceilings(self, prob, snap: Snapshot, now: float):
         """Pools that could not reach a planned size get at most what they reached for

@@ -110,7 +110,7 @@ class RolloutSteps:
         for the trial's (batch-size scenario: seven actors started at batch 8 and cancelled a second
         later for four at batch 32, which then took 23 s to start on two cores). A pool whose heap
         read now leaves the search no larger batch to certify is not held (:func:`tuner.may_try_larger`)."""
-        limit = self.context.memory_limit_bytes
+        limit = self._limit(snap)
         if limit is None or self.settings.bo_trials == 0:
             return {}
         heaps = self._heaps(snap)
@@ -121,6 +121,7 @@ class RolloutSteps:
                 and tuner.may_try_larger(snap, o, heaps, limit)}
 
     def _limit(self, snap: Snapshot) -> int | None:
+        """The memory the limit leaves the pipeline's workers (bytes; ``None``: no limit)."""
         return estimates.workers_memory(self.context.memory_limit_bytes, snap.cluster)
 
     def _heaps(self, snap: Snapshot) -> dict[str, float]:
