@@ -67,8 +67,9 @@ class MemoryCgroup:
         self._home = layout.own
         self.path.mkdir(exist_ok=True)
         self._write(layout.limit_file, str(self.limit_bytes))
-        if layout.version == 1:
-            self._write("memory.swappiness", "0")  # over the limit, processes are killed, not swapped
+        if layout.version == 1:  # over the limit, processes are killed, not swapped
+            self._write("memory.swappiness", "0")
+            self._write("memory.memsw.limit_in_bytes", str(self.limit_bytes))  # where swap is accounted
         else:
             self._write("memory.swap.max", "0")
 
