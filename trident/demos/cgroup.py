@@ -1,5 +1,6 @@
 """A real memory limit for the demo's embedded Ray: a Linux memory cgroup (v1 ``memory.limit_in_bytes``
-or v2 ``memory.max``) made under this process's own cgroup, which Ray's processes are started in.
+or v2 ``memory.max``, where the memory controller is delegated to this process's cgroup's
+children) made under this process's own cgroup, which Ray's processes are started in.
 
 The driver joins the cgroup only while ``ray.init`` starts Ray's daemons (the raylet, the GCS and
 every worker they start later inherit it), then goes back: the limit binds Ray, not the demo's
@@ -66,7 +67,11 @@ class MemoryCgroup:
         self.path = layout.own / (name or f"trident-demo-{os.getpid()}")
         self._home = layout.own
         self.path.mkdir(exist_ok=True)
-        self._write(layout.limit_file, str(self.limit_bytes))
+        try:
+            self._write(layout.limit_file, str(self.limit_bytes))
+        except OSError:  # e.g. v2 without the memory controller delegated to this cgroup's children
+            self.remove()
+            raise
         if layout.version == 1:  # over the limit, processes are killed, not swapped
             self._write("memory.swappiness", "0")
             self._write("memory.memsw.limit_in_bytes", str(self.limit_bytes))  # where swap is accounted
