@@ -115,11 +115,15 @@ def main(args: argparse.Namespace) -> int:
     with nullcontext(sys.stderr) if args.verbose else quiet_stderr(ray_log) as terminal:
         if cgroup is not None:
             cgroup.join()  # Ray's daemons, and every worker they start, inherit the cgroup
+        started = False
         try:
             start_ray(num_cpus=args.cpus, num_gpus=args.gpus, verbose=args.verbose)
+            started = True
         finally:
             if cgroup is not None:
                 cgroup.leave()  # the driver reads the results outside it
+                if not started:
+                    release(cgroup)
         try:
             if len(policies) > 1:  # the first timed run must not pay for cold caches alone
                 # untimed: Ray's worker processes and trident's controller (kept for the next run)
