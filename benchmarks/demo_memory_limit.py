@@ -5,14 +5,14 @@ inside a Linux memory cgroup of ``--limit`` (:mod:`trident.demos.cgroup`): over 
 OOM killer ends a process, as on a node or container with that much memory. The driver leaves
 the cgroup once Ray is up. Each run: an untimed warm-up on the first and the last input (stock
 Ray), then the timed run on the demo's full corpus (``trident demo pdf``'s input, seed 0);
-``trident`` gets ``--trident-limit`` as its ``memory_limit`` (what its workers may hold: the
-cgroup's limit less what Ray's own processes, the object store and the page cache take). A run
+``trident`` gets ``--trident-limit`` as its ``memory_limit`` (default ``--limit``: it counts what
+Ray's own processes hold beside its workers and plans them within the rest). A run
 still going after ``--timeout-s`` is stopped and reported as not finished, with its OOM kills.
 
 Writes ``<out>.json`` (RESULTS.md shape) and ``<out>.png``. Needs a writable memory cgroup
 (v1 or v2; these machines: v1, as root).
 
-    python benchmarks/demo_memory_limit.py --limit 3.25GiB --trident-limit 2.6GiB
+    python benchmarks/demo_memory_limit.py --limit 2.75GiB
 """
 from __future__ import annotations
 
@@ -38,9 +38,9 @@ def _child(args: argparse.Namespace) -> None:
 
     cg = MemoryCgroup.attach(Path(args.cgroup), layout=find_layout())
     paths = json.loads(Path(args.inputs).read_text())
-    (cg.path / "cgroup.procs").write_text(str(os.getpid()))
+    cg.join()
     start_ray(num_cpus=args.cpus, num_gpus=args.gpus, verbose=False)
-    (cg.layout.own / "cgroup.procs").write_text(str(os.getpid()))  # Ray stays in; the driver leaves
+    cg.leave()  # Ray stays in; the driver leaves
     work = Path(args.work)
     run_pdf(paths[:1] + paths[-1:], work / "warmup", policy="ray", history=False)
     cg.reset_peak()
@@ -48,12 +48,13 @@ def _child(args: argparse.Namespace) -> None:
     limit = args.trident_limit if args.policy == "trident" else None
     result = run_pdf(paths, work / args.policy, policy=args.policy, memory_limit=limit, history=False)
     record = result.run.record
+    summary = summarize(record)
     print(json.dumps({
         "policy": args.policy, "wall_s": round(result.wall_s, 2), "rows": result.rows,
         "throughput_rows_per_s": round(result.rows / result.wall_s, 3),
         "every_input_once": result.accounting.complete, "oom_kills": cg.oom_kills() - kills,
-        "cgroup_peak_bytes": cg.peak_bytes(), "failed_tasks": sum(summarize(record)["failed_tasks"].values()),
-        "reconfigurations": summarize(record)["reconfigurations"], "trident_memory_limit": limit,
+        "cgroup_peak_bytes": cg.peak_bytes(), "failed_tasks": sum(summary["failed_tasks"].values()),
+        "reconfigurations": summary["reconfigurations"], "trident_memory_limit": limit,
         "decisions": [f"{d.time_s:.1f} {d.kind}: {d.reason[:200]}" for e in record.executions for d in e.decisions
                       if str(d.kind) not in ("observe", "dwell") and not d.reason.startswith("rollout: waiting")][:20],
     }), flush=True)
@@ -109,8 +110,8 @@ def main() -> None:
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--limit", type=memory_size, default="3.25GiB", help="the cgroup's memory limit")
-    p.add_argument("--trident-limit", type=memory_size, default="2.6GiB",
-                   help="trident's memory_limit (its workers' share)")
+    p.add_argument("--trident-limit", type=memory_size, default=None,
+                   help="trident's memory_limit (default: --limit, all of Ray as the cgroup holds it)")
     p.add_argument("--policies", nargs="+", default=["ray", "trident"])
     p.add_argument("--timeout-s", type=float, default=300.0)
     p.add_argument("--cpus", type=int, default=8)
@@ -127,6 +128,7 @@ def main() -> None:
 
     from trident.core.units import parse_memory_bytes
 
+    args.trident_limit = args.trident_limit or args.limit
     args.limit = parse_memory_bytes(args.limit, "--limit")
     layout = find_layout()
     if isinstance(layout, str):

@@ -92,6 +92,8 @@ class MemoryCgroup:
         return [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
 
     def _write(self, name: str, value: str) -> None:
+        """Write a control file; only the limit must take (swap knobs exist only where swap is
+        accounted, and a cgroup without them still kills over the limit)."""
         try:
             (self.path / name).write_text(value)
         except OSError:

@@ -26,6 +26,13 @@ REMOTE = -1
 """The process id kept for an actor on another machine (never read)."""
 
 
+def uss(proc: Any) -> int:
+    """A ``psutil.Process``'s memory in bytes: resident less shared, as Ray Data's
+    ``MemoryProfiler`` measures a worker's (raises if the process left)."""
+    info = proc.memory_info()
+    return int(info.rss - getattr(info, "shared", 0))
+
+
 def host_cpu() -> tuple[int | None, float | None]:
     """This machine's cores and the core-seconds they have been busy since boot (everything but
     idle and I/O wait); ``(None, None)`` without psutil."""
@@ -71,10 +78,9 @@ class ActorProcesses:
         if proc is None:
             return None
         try:
-            info = proc.memory_info()
+            return uss(proc)
         except Exception:  # noqa: BLE001 - the process left (psutil.NoSuchProcess): no reading
             return None
-        return int(info.rss - getattr(info, "shared", 0))
 
     def pool_cpu_s(self, pool: Any) -> float | None:
         """CPU seconds (user + system) ``pool``'s running actors used, each counted from its first

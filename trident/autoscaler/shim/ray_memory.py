@@ -9,7 +9,10 @@ get only what is left. Executor thread only.
 """
 from __future__ import annotations
 
+import os
 from typing import Iterable
+
+from trident.autoscaler.shim.actor_processes import uss
 
 DAEMONS = ("raylet", "gcs_server")
 """Ray's native daemons, by process name."""
@@ -38,8 +41,7 @@ def ray_processes(driver_pid: int) -> list[tuple[str, int]]:
             ours = (p.info["name"] in DAEMONS or title.startswith("ray::")
                     or (p.info["ppid"] == driver_pid and "/ray/" in title))
             if ours and p.info["pid"] != driver_pid:
-                m = p.memory_info()
-                out.append((title, int(m.rss - getattr(m, "shared", 0))))
+                out.append((title, uss(p)))
         except Exception:  # noqa: BLE001 - the process left or cannot be read
             continue
     return out
@@ -50,8 +52,6 @@ class RayMemory:
     comes back; a plan sized to a lull would not fit the next peak), re-read every ``every_s``."""
 
     def __init__(self, *, every_s: float = 2.0) -> None:
-        import os
-
         self.every_s, self.driver_pid = every_s, os.getpid()
         self._at_s: float | None = None
         self.most: int | None = None
