@@ -52,6 +52,9 @@ def test_demo_under_a_memory_limit_runs_ray_in_a_cgroup_where_it_can(tmp_path, c
         assert "memory limit 6.00 GiB: Ray's processes run in a memory cgroup" in out, out
         (row,) = [ln for ln in out.splitlines() if ln.startswith("processes OOM-killed (kernel)")]
         assert row.split()[-2:] == ["0", "0"], row  # 6 GiB holds the small form
+        told = out[out.index("what trident changed and why"):]
+        assert "what stock Ray Data did, for comparison:" in told, told
+        assert told.count("no process OOM-killed") == 2, told  # each run's kills, timed where there were any
         assert not any(p.name.startswith("trident-demo-") for p in layout.own.iterdir())  # removed after
     else:
         assert "memory limit 6.00 GiB: trident's alone" in out, out

@@ -3,11 +3,12 @@ limit, read back (peak, OOM kills); said plainly where there is none."""
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
-from trident.demos.cgroup import Layout, MemoryCgroup, find_layout
+from trident.demos.cgroup import KillClock, Layout, MemoryCgroup, find_layout
 
 
 def _proc(tmp_path: Path, text: str) -> Path:
@@ -45,6 +46,25 @@ def test_a_cgroup_gets_its_limit_and_reads_its_counters(tmp_path):
     assert cg.oom_kills() == 7 and cg.peak_bytes() == 123456
     with pytest.raises(ValueError, match="positive"):
         MemoryCgroup(0, layout=Layout(1, own))
+
+
+def test_the_kill_clock_times_each_kill_from_the_start_of_its_block(tmp_path):
+    own = tmp_path / "memory" / "jobs"
+    own.mkdir(parents=True)
+    cg = MemoryCgroup(2**30, layout=Layout(1, own), name="demo")
+    events = own / "demo" / "memory.oom_control"
+    events.write_text("oom_kill 5\n")  # kills before the block are not its own
+    with KillClock(cg, every_s=0.01) as clock:
+        events.write_text("oom_kill 7\n")
+        tick = threading.Event()
+        for _ in range(500):  # up to 5 s for the clock's thread to read it
+            if clock.times_s or tick.wait(0.01):
+                break
+        assert len(clock.times_s) == 2
+    assert all(0.0 <= t <= 5.0 for t in clock.times_s), clock.times_s
+    with KillClock(cg, every_s=60.0) as clock:
+        events.write_text("oom_kill 8\n")  # seen by the last reading, when the block ends
+    assert len(clock.times_s) == 1
 
 
 def _real_layout():

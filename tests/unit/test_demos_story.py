@@ -1,7 +1,7 @@
 """What a demo prints after its runs: the side-by-side table and the changes trident made."""
 from dataclasses import replace
 
-from trident.demos.story import changes, figures, side_by_side
+from trident.demos.story import changes, figures, kills, meanwhile, side_by_side
 from trident.report.plot import short_name
 from trident.core.types import Decision, OperatorTarget, Plan
 
@@ -52,6 +52,31 @@ def test_a_plan_revisited_after_a_regime_change_says_what_it_kept():
     assert "data changed at Embed" in lines[0]
     assert lines[1].strip().startswith("4.5 s") and "keep: Embed x1 kept: the current plan is already optimal" in lines[1]
     assert len(lines) == 2  # the later keep is not a revisit
+
+
+def test_a_pool_the_inner_loop_held_below_rays_ask_is_told_once_with_why():
+    r = record()
+    note = ("inner loop: MapBatches(Embed) held at 1: utilisation 2.00 >= 1.75 (2 in flight, 0 queued); bounds 1..3 "
+            "(the user's bounds) (2 wanted; no task of it has finished, its heap read mid-task only, under the "
+            "memory limit)")
+    r.executions[0].decisions = [Decision(time_s=4.0, reason="observing", kind="observe", notes=(note,))]
+    (line,) = changes(r)
+    assert line.strip().startswith("4.5 s") and "held: Embed at 1 where Ray's rule asked 2" in line, line
+    assert line.endswith("(no task of it has finished, its heap read mid-task only, under the memory limit)")
+
+
+def test_what_the_other_run_did_its_pool_moves_and_kills_in_time_order():
+    lines = meanwhile(record(), [7.0, 2.0, 9.5])
+    assert lines[0].strip().startswith("2.0 s") and "the first of 3 processes OOM-killed" in lines[0], lines
+    assert lines[1].strip().startswith("3.5 s") and lines[1].endswith("Embed 1->3"), lines
+    assert meanwhile(record(), [])[-1].strip() == "no process OOM-killed"
+    assert len(meanwhile(record(), None)) == 1  # no cgroup: kills not counted, not said
+    still = record()
+    e = still.executions[0]
+    e.snapshots = [replace(s_, operators=tuple(replace(o, config=replace(o.config, replicas=1)) for o in s_.operators))
+                   for s_ in e.snapshots]
+    assert meanwhile(still, None) == ["          no pool moved"]
+    assert kills([1.25])[0].strip() == "1.2 s  1 process OOM-killed by the kernel (Ray ran their tasks again)"
 
 
 def test_no_change_is_said_plainly():

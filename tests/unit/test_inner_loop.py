@@ -109,9 +109,10 @@ def test_a_pool_is_not_shrunk_within_ray_s_debounce_after_it_grew():
 
 
 def _actor(name, index, *, replicas, in_flight, queued, gpus=0.5, cpus=1.0, lo=1, hi=8, heap=None, accel=None,
-           rest=None):
+           rest=None, finished=0):
     return OperatorSnapshot(
         name=name, index=index, rows_in_total=100, tasks_in_flight=in_flight, input_queue_blocks=queued,
+        tasks_finished=finished,
         actors_running=replicas, tasks_running=min(in_flight, replicas), heap_rss_per_replica_bytes=heap,
         heap_rest_per_replica_bytes=rest,
         config=OperatorConfig(kind="actor", replicas=replicas, min_replicas=lo, max_replicas=hi, num_cpus=cpus,
@@ -172,7 +173,7 @@ def test_a_pool_that_has_taken_all_its_input_is_not_grown_back_to_its_floor():
 
 
 def test_with_a_memory_limit_a_pool_grows_only_by_what_its_measured_heap_allows():
-    snap = _snap(_actor("a", 0, replicas=2, in_flight=4, queued=50))
+    snap = _snap(_actor("a", 0, replicas=2, in_flight=4, queued=50, finished=1))
     blocked, reasons, _ = inner_targets(snap, {}, {}, memory_limit_bytes=8 * GiB, settings=S)
     assert blocked == [] or all(t.replicas == 2 for t in blocked)
     targets, reasons, _ = inner_targets(snap, {}, {"a": 3 * GiB}, memory_limit_bytes=8 * GiB, settings=S)
@@ -181,8 +182,25 @@ def test_with_a_memory_limit_a_pool_grows_only_by_what_its_measured_heap_allows(
     assert targets == [OperatorTarget(name="a", replicas=4)]
 
 
+def test_with_a_memory_limit_a_pool_grows_only_once_a_task_of_it_finished():
+    """The video demo under a 2.75 GiB cgroup: OCR's heap read mid-way through its first task
+    (569 MiB, SD frames) let Ray's rule grow it 1 -> 2 at 3 s; the heap a whole task holds came
+    later (HD: 770 MiB per replica) and the kernel killed both. A reading before a task finished
+    is a floor, not the heap to plan with."""
+    first = _actor("a", 0, replicas=1, in_flight=2, queued=40)
+    targets, reasons, held = inner_targets(_snap(first), {}, {"a": 0.5 * GiB}, memory_limit_bytes=4 * GiB,
+                                           settings=S)
+    assert targets == [] and held, reasons
+    done = replace(first, tasks_finished=1)
+    targets, reasons, _ = inner_targets(_snap(done), {}, {"a": 0.6 * GiB}, memory_limit_bytes=4 * GiB, settings=S)
+    assert [t.replicas for t in targets] == [6], reasons  # 6 x 0.6 GiB fit 4 GiB; Ray's rule asked 8
+    targets, _, _ = inner_targets(_snap(first), {}, {"a": 0.5 * GiB}, memory_limit_bytes=None, settings=S)
+    assert [t.replicas for t in targets] == [8]  # without a limit Ray's rule grows it at once
+
+
 def test_a_pool_not_measured_yet_holds_as_much_memory_as_the_largest_measured():
-    snap = _snap(_actor("a", 0, replicas=1, in_flight=2, queued=40), _actor("b", 1, replicas=1, in_flight=0, queued=0))
+    snap = _snap(_actor("a", 0, replicas=1, in_flight=2, queued=40, finished=1),
+                 _actor("b", 1, replicas=1, in_flight=0, queued=0))
     targets, reasons, _ = inner_targets(snap, {}, {"a": 1 * GiB}, memory_limit_bytes=4 * GiB, settings=S)
     assert targets == [OperatorTarget(name="a", replicas=3)], reasons  # b's replica counts 1 GiB, as the plan's
     assert "under the memory limit" in reasons[0]
@@ -193,7 +211,7 @@ def test_a_pool_not_measured_yet_is_charged_its_reading_at_rest_grown_as_the_mea
     task not finished (647 MiB at rest); 5 GiB. Charged OCR's heap, embed left room for 3 more
     OCR replicas; charged its reading at rest grown by the margin, 4 (the memory limit's 5)."""
     MiB = 2**20
-    ocr = _actor("ocr", 0, replicas=1, in_flight=2, queued=25, rest=746 * MiB)
+    ocr = _actor("ocr", 0, replicas=1, in_flight=2, queued=25, rest=746 * MiB, finished=1)
     embed = _actor("embed", 1, replicas=1, in_flight=0, queued=0, rest=647 * MiB)
     heaps = {"ocr": 858 * MiB}
     targets, reasons, _ = inner_targets(_snap(ocr, embed), {}, heaps, memory_limit_bytes=5 * GiB, settings=S)
@@ -213,7 +231,7 @@ def test_a_size_the_room_held_back_is_asked_again_once_room_appears_while_input_
     4 fitted. Embed's heap read at rest then left room for a fifth while OCR's pending actors
     kept its utilisation low: the fifth starts then, not once the pool is busy again."""
     MiB = 2**20
-    ocr = _actor("ocr", 0, replicas=1, in_flight=2, queued=30, rest=746 * MiB)
+    ocr = _actor("ocr", 0, replicas=1, in_flight=2, queued=30, rest=746 * MiB, finished=1)
     embed = _actor("embed", 1, replicas=1, in_flight=0, queued=0, rest=None)
     heaps = {"ocr": 858 * MiB}
     targets, _, held = inner_targets(_snap(ocr, embed), {}, heaps, memory_limit_bytes=5 * GiB, settings=S)
@@ -361,8 +379,9 @@ def test_a_pool_grows_past_its_even_share_only_into_room_no_pool_below_its_share
     assert {t.name: t.replicas for t in targets} == {"detect": 6}, reasons
     # under a memory limit a pool whose heap is not measured could not grow into the room: none is
     # kept for it (the video benchmark's OCR pool grows to 5 beside an embed pool not measured yet)
-    targets, reasons, _ = inner_targets(_snap(detect, first), {}, {"detect": 0.5 * GiB}, memory_limit_bytes=8 * GiB,
-                                        settings=S)
+    measured = replace(detect, config=replace(detect.config, replicas=1), tasks_in_flight=2, tasks_finished=1)
+    targets, reasons, _ = inner_targets(_snap(measured, first), {}, {"detect": 0.5 * GiB},
+                                        memory_limit_bytes=8 * GiB, settings=S)
     assert {t.name: t.replicas for t in targets} == {"detect": 6}, reasons
 
 

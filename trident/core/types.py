@@ -144,9 +144,9 @@ class ClusterView:
     object_store_bytes: int | None = None
     memory_limit_bytes: int | None = None
     other_memory_bytes: int | None = None
-    """Memory Ray's own processes hold on the driver's machine beside the pipeline's workers (its
-    daemons, system actors, idle workers, trident's controller; bytes, the most read so far;
-    ``None``: not read). Under a memory limit the workers get the rest."""
+    """Memory Ray's processes hold on the driver's machine beside the pipeline's actor pools (its
+    daemons, system actors, idle workers, trident's controller, the task operators' workers;
+    bytes, the most read so far; ``None``: not read). Under a memory limit the pools get the rest."""
     nodes: tuple[NodeShape, ...] = ()
     """The live nodes, as Ray schedules on them (empty where unknown: then only the totals count)."""
     host_cores: int | None = None

@@ -170,3 +170,42 @@ def release(cg: MemoryCgroup) -> None:
                 pass
         time.sleep(0.5)
     cg.remove()
+
+
+class KillClock:
+    """When the kernel killed processes in a cgroup while a block runs: its kill counter read
+    every ``every_s`` by a thread; :attr:`times_s` holds one entry per kill, in seconds since the
+    block began (a kill is timed to the reading that saw it, at most ``every_s`` late)."""
+
+    def __init__(self, cg: MemoryCgroup, *, every_s: float = 0.25) -> None:
+        self.cg, self.every_s = cg, every_s
+        self.times_s: list[float] = []
+
+    def __enter__(self) -> "KillClock":
+        import threading
+        import time
+
+        self._t0, self._seen = time.perf_counter(), self.cg.oom_kills()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="trident-kill-clock", daemon=True)
+        self._thread.start()
+        return self
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self._read()
+
+    def _read(self) -> None:
+        import time
+
+        try:
+            n = self.cg.oom_kills()
+        except OSError:
+            return
+        self.times_s += [time.perf_counter() - self._t0] * max(n - self._seen, 0)
+        self._seen = max(n, self._seen)
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._read()

@@ -95,9 +95,9 @@ def _run(args: argparse.Namespace, policy: str, paths, truth, out: Path, progres
 
 def main(args: argparse.Namespace) -> int:
     from trident.core.units import parse_memory_bytes
-    from trident.demos.cgroup import limit_for_ray, release
-    from trident.demos.runner import quiet_stderr, start_ray
-    from trident.demos.story import changes, figures, side_by_side
+    from trident.demos.cgroup import KillClock, limit_for_ray, release
+    from trident.demos.runner import quiet_ray, start_ray
+    from trident.demos.story import changes, figures, kills, meanwhile, side_by_side
 
     out = Path(output_dir(args.out or f"trident-demo-{args.workload}", "--out"))
     policies = [args.policy] + ([args.compare] if args.compare and args.compare != args.policy else [])
@@ -110,9 +110,9 @@ def main(args: argparse.Namespace) -> int:
     cgroup, note = limit_for_ray(parse_memory_bytes(args.memory_limit, "--memory-limit"))
     if note:
         print(note)
-    results, kills = {}, {}
+    results, kills_s = {}, {}
     ray_log = out / "ray.log"
-    with nullcontext(sys.stderr) if args.verbose else quiet_stderr(ray_log) as terminal:
+    with nullcontext(sys.stderr) if args.verbose else quiet_ray(ray_log) as terminal:
         if cgroup is not None:
             cgroup.join()  # Ray's daemons, and every worker they start, inherit the cgroup
         started = False
@@ -127,13 +127,14 @@ def main(args: argparse.Namespace) -> int:
         try:
             if len(policies) > 1:  # the first timed run must not pay for cold caches alone
                 # untimed: Ray's worker processes and trident's controller (kept for the next run)
-                print("warm-up (untimed): the first and the last input, so both runs start warm", flush=True)
+                print("warm-up (untimed): the first and the last input, so both runs start warm", file=terminal,
+                      flush=True)
                 _run(args, "ray", paths[:1] + paths[-1:], truth, out / "warmup", None)
                 shutil.rmtree(out / "warmup", ignore_errors=True)
             for policy in policies:
-                before = cgroup.oom_kills() if cgroup is not None else None
-                results[policy] = _run(args, policy, paths, truth, out / policy, terminal)
-                kills[policy] = cgroup.oom_kills() - before if cgroup is not None else None
+                with KillClock(cgroup) if cgroup is not None else nullcontext() as clock:
+                    results[policy] = _run(args, policy, paths, truth, out / policy, terminal)
+                kills_s[policy] = clock.times_s if clock is not None else None
         finally:
             import ray
 
@@ -156,13 +157,18 @@ def main(args: argparse.Namespace) -> int:
         for note in results[args.policy].notes:
             print(note)
     label = {"ray": "stock Ray Data", "trident": "trident"}
-    rows = [figures(label.get(p, p), r.run.record, wall_s=r.wall_s, rows=r.rows, oom_kills=kills.get(p))
+    rows = [figures(label.get(p, p), r.run.record, wall_s=r.wall_s, rows=r.rows,
+                    oom_kills=None if kills_s.get(p) is None else len(kills_s[p]))
             for p, r in reversed(results.items())]  # the baseline's column first
     print()
     print(side_by_side(rows, unit=unit))
-    main_run = results[args.policy].run
-    print(f"\nwhat {args.policy} changed and why (seconds since its run began):")
-    print("\n".join(changes(main_run.record)))
+    told = "trident" if "trident" in results else args.policy  # the run whose decisions are told
+    main_run = results[told].run
+    print(f"\nwhat {told} changed and why (seconds since its run began):")
+    print("\n".join(changes(main_run.record) + kills(kills_s.get(told))))
+    for policy in (p for p in policies if p != told):
+        print(f"\nwhat {label.get(policy, policy)} did, for comparison:")
+        print("\n".join(meanwhile(results[policy].run.record, kills_s.get(policy))))
     for policy, result in results.items():
         plot = Path(result.out_dir) / "run.png"
         result.run.plot(str(plot))

@@ -186,22 +186,27 @@ def run_video(paths: list[str], truth: dict[str, tuple[int, ...]], out_dir: str 
 
 
 @contextmanager
-def quiet_stderr(log_path: str | Path):
-    """Send what is written to this process's stderr (Ray's C++ core and Python log lines) to
+def quiet_ray(log_path: str | Path):
+    """Send what is written to this process's stdout and stderr (Ray's C++ core and Python log
+    lines, and the raylet's messages Ray's driver prints, e.g. "A worker died or was killed") to
     ``log_path`` while the block runs; yields a stream to the real stderr (for progress)."""
     import sys
 
+    sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(2)
-    terminal = os.fdopen(os.dup(saved), "w", buffering=1)
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    terminal = os.fdopen(os.dup(saved[2]), "w", buffering=1)
     with open(log_path, "ab") as log:
-        os.dup2(log.fileno(), 2)
+        for fd in saved:
+            os.dup2(log.fileno(), fd)
         try:
             yield terminal
         finally:
+            sys.stdout.flush()
             sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
+            for fd, copy in saved.items():
+                os.dup2(copy, fd)
+                os.close(copy)
             terminal.close()
 
 

@@ -4,6 +4,7 @@ Pure: built from :class:`~trident.report.record.RunRecord` s (or saved run JSON)
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from trident.report.plot import short_name
@@ -11,6 +12,8 @@ from trident.report.record import RunRecord, summarize
 
 CHANGE_KINDS = ("plan", "replan", "tune")
 """Decision kinds told one by one; the inner loop's many small moves are counted instead."""
+HELD = re.compile(r"^inner loop: (?P<pool>.+) held at (?P<n>\d+): .*\((?P<want>\d+) wanted; (?P<why>.+)\)$")
+"""A decision's note that the inner loop held a pool below what Ray's rule asked (``inner.inner_targets``)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,9 @@ def changes(record: RunRecord, *, limit: int = 8) -> list[str]:
         revisiting = False
         for d in e.decisions:
             t = e.started_at_s + d.time_s
+            for m in filter(None, map(HELD.match, d.notes)):
+                lines.append(f"{t:6.1f} s  held: {short_name(m['pool'])} at {m['n']} where Ray's rule asked "
+                             f"{m['want']} ({m['why']})")
             for op in d.regime_changes:
                 lines.append(f"{t:6.1f} s  data changed at {short_name(op)}: new regime, plan revisited")
                 revisiting = True
@@ -119,3 +125,40 @@ def changes(record: RunRecord, *, limit: int = 8) -> list[str]:
     if not lines:
         lines.append("          no change: trident kept the configuration (nothing it measured was worth a change)")
     return lines
+
+
+def meanwhile(record: RunRecord, kill_times_s: list[float] | None, *, limit: int = 6) -> list[str]:
+    """What another policy's run did, one line each in time order: its actor pools' sizes as they
+    changed (at most ``limit`` moves) and the processes the kernel killed (``kill_times_s``:
+    seconds since the run began, one per kill; ``None``: not counted)."""
+    moves: list[tuple[float, str]] = []
+    for e in record.executions:
+        sizes: dict[str, int] = {}
+        for snap in e.snapshots:
+            for op in snap.operators:
+                n = op.config.replicas
+                if op.config.kind != "actor" or n is None or op.completed or sizes.get(op.name) == n:
+                    continue
+                if op.name in sizes:
+                    moves.append((e.started_at_s + snap.time_s, f"{short_name(op.name)} {sizes[op.name]}->{n}"))
+                sizes[op.name] = n
+    told = moves[:limit] + ([(moves[limit][0], f"... and {len(moves) - limit} more pool moves")]
+                            if len(moves) > limit else [])
+    if kill_times_s:
+        told.append((min(kill_times_s), kills(kill_times_s)[0][10:]))
+    lines = [f"{t:6.1f} s  {text}" for t, text in sorted(told, key=lambda x: x[0])]
+    if not moves:
+        lines.insert(0, "          no pool moved")
+    return lines + (kills(kill_times_s) if not kill_times_s else [])
+
+
+def kills(kill_times_s: list[float] | None) -> list[str]:
+    """One line on the processes the kernel killed in a run (``kill_times_s``: seconds since the
+    run began, one per kill), none when they were not counted."""
+    if kill_times_s is None:
+        return []
+    if not kill_times_s:
+        return ["          no process OOM-killed"]
+    n, first = len(kill_times_s), min(kill_times_s)
+    return [f"{first:6.1f} s  {'the first of ' if n > 1 else ''}{n} process{'es' if n > 1 else ''} OOM-killed "
+            "by the kernel (Ray ran their tasks again)"]

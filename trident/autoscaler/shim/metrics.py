@@ -167,8 +167,7 @@ class SnapshotBuilder:
         self.seq += 1
         cluster = self.cluster.view(time_s)
         if cluster.memory_limit_bytes is not None and self._ray_memory is not None:  # a limit on all of Ray
-            names = [o.name.split("#")[0] for o in ops]
-            cluster = replace(cluster, other_memory_bytes=self._ray_memory.read(time_s, names))
+            cluster = replace(cluster, other_memory_bytes=self._ray_memory.read(time_s, ops))
         return Snapshot(execution_id=self.execution_id, seq=self.seq, time_s=time_s, operators=ops,
                         cluster=cluster, input_rows_total=self._input_rows_total(),
                         applied_plan_seq=applied_plan_seq)

@@ -213,10 +213,12 @@ def inner_targets(snap: Snapshot, bounds: dict[str, Bounds], heap_bytes: dict[st
                   since_grew: dict[str, float] | None = None,
                   ) -> tuple[list[OperatorTarget], list[str], dict[str, int]]:
     """Pool sizes Ray's rule asks for, within bounds, memory and free resources; (targets,
-    reasons, held back: the size each pool asked for that the room held back).
+    reasons: one per target, then one per pool the room held at its size, held back: the size
+    each pool asked for that the room held back).
 
-    ``heap_bytes``: heap per replica to plan with (0 when unknown: with a memory limit a pool
-    whose heap was never measured does not grow). ``skip``: pools a rollout is moving.
+    ``heap_bytes``: heap per replica to plan with (0 when unknown). With a memory limit a pool
+    grows only once a task of it has finished: a reading before that is a floor of the heap a
+    task holds, not the heap to plan with. ``skip``: pools a rollout is moving.
     ``wanted``: the previous step's held-back sizes (asked for again while input is queued).
     ``since_grew``: seconds since each pool last grew (:class:`Growth`)."""
     pools = [o for o in snap.operators if o.config.kind == "actor" and not o.completed and o.name not in skip
@@ -237,7 +239,7 @@ def inner_targets(snap: Snapshot, bounds: dict[str, Bounds], heap_bytes: dict[st
             want = min(want, o.config.replicas or 0)
         if want != o.config.replicas:
             wants[o.name] = (want, f"{why}; bounds {b.lo}..{'-' if b.hi is None else b.hi} ({b.why})")
-    targets, reasons, held = [], [], {}
+    targets, reasons, held, kept_at = [], [], {}, []
     # growth one replica at a time within the room left, to the most loaded pool as granted so far
     grow = {o.name: o for o in pools if o.name in wants and wants[o.name][0] > (o.config.replicas or 0)}
     granted = {name: grow[name].config.replicas or 0 for name in grow}
@@ -264,6 +266,8 @@ def inner_targets(snap: Snapshot, bounds: dict[str, Bounds], heap_bytes: dict[st
                     kept = kept.take(p, 0.0)
         if memory_limit_bytes is not None and h <= 0:
             blocked[n] = "its heap per replica is not measured yet (memory limit)"
+        elif memory_limit_bytes is not None and o.tasks_finished == 0:
+            blocked[n] = "no task of it has finished, its heap read mid-task only, under the memory limit"
         elif not room.fits(o, h):
             blocked[n] = _short(room, o, h)
         elif not kept.fits(o, h):
@@ -278,12 +282,13 @@ def inner_targets(snap: Snapshot, bounds: dict[str, Bounds], heap_bytes: dict[st
         n = granted.get(o.name, want)
         if n < want and o.name in blocked:
             held[o.name] = want
-        if n == (o.config.replicas or 0):
-            continue
         note = f" ({want} wanted; {blocked[o.name]})" if n < want and o.name in blocked else ""
+        if n == (o.config.replicas or 0):
+            kept_at += [f"{o.name} held at {n}: {why}{note}"] if note else []
+            continue
         targets.append(OperatorTarget(name=o.name, replicas=n))
         reasons.append(f"{o.name} {o.config.replicas} -> {n}: {why}{note}")
-    return targets, reasons, held
+    return targets, reasons + kept_at, held
 
 
 def _short(room: Room, o: OperatorSnapshot, heap_bytes: float) -> str:

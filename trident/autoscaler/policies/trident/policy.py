@@ -131,8 +131,7 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         decision = self._rollout(snap, now, notes) if self.phases.active else self._outer(snap, now, notes)
         if decision.plan is not None:
             return decision
-        inner = self._inner(snap, now, notes)
-        return inner if inner is not None else decision
+        return self._inner(snap, now, notes, decision)
 
     def _observe(self, snap: Snapshot) -> list[str]:
         notes: list[str] = []

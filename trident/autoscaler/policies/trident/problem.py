@@ -146,6 +146,7 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
         specs, factors = [replace(sp, demand=d) for sp, d in zip(specs, demands)], demands
     specs = bound_held(specs, factors, slots=cluster.cpus + cluster.gpus)
     limit = memory_limit_bytes if memory_limit_bytes is not None else cluster.memory_limit_bytes
+    specs, released = memory_first(specs, ops, limit)
     problem = PlacementProblem(operators=tuple(specs), node_types=tuple(nodes),
                                current=Allocation.of(nodes_of.on_nodes(current, specs, nodes)),
                                memory_limit_bytes=limit, cpus_limit=cluster.cpus, gpus_limit=cluster.gpus,
@@ -155,7 +156,7 @@ def build(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Operato
     left_s = remaining_s(snap, problem, tracks)
     if left_s is not None:  # a cold start is amortised over the work left, at most the horizon
         problem = replace(problem, horizon_s=max(min(settings.horizon_s, left_s), 1.0))
-    return Planning(problem, rates, per_type=per_type, held=held)
+    return Planning(problem, rates, per_type=per_type, held=held + released)
 
 
 def along_the_shift(specs: list[OperatorSpec], ops: list[OperatorSnapshot], tracks: dict[str, OperatorTrack],
@@ -186,6 +187,32 @@ def along_the_shift(specs: list[OperatorSpec], ops: list[OperatorSnapshot], trac
                     f"{est.source}) is not measured yet")
         out.append(sp)
     return out, tuple(held)
+
+
+def memory_first(specs: list[OperatorSpec], ops: list[OperatorSnapshot],
+                 limit_bytes: int | None) -> tuple[list[OperatorSpec], tuple[str, ...]]:
+    """Floors raised above the user's minimum (a pool kept at what it runs while its data got
+    slower or its rate is a first estimate) yield to a memory limit they would break: the pools'
+    floors at their heap over the limit make every plan infeasible, and the allocation over it
+    was kept (the PDF demo under a 2.75 GiB cgroup: OCR held at 2 once scanned pages made it
+    slower and its heap 750 MiB, 32 processes OOM-killed). Returns the specs and a note."""
+    if limit_bytes is None:
+        return specs, ()
+    floor = sum(sp.min_replicas * min(opt.memory_bytes for opt in sp.options) for sp in specs)
+    if floor <= limit_bytes:
+        return specs, ()
+    out, freed = [], []
+    for sp, o in zip(specs, ops):
+        least = o.config.min_replicas or 0
+        if o.config.kind == "actor" and sp.min_replicas > least:
+            out.append(replace(sp, min_replicas=least))
+            freed.append(f"{o.name} {sp.min_replicas} -> {least}")
+        else:
+            out.append(sp)
+    if not freed:
+        return specs, ()
+    return out, (f"floors released ({', '.join(freed)}): at their heap they need {floor / 2**20:.0f} MiB, over "
+                 f"the {limit_bytes / 2**20:.0f} MiB the memory limit leaves the pools",)
 
 
 def no_growth_beside_bounds(specs: list[OperatorSpec], ops: list[OperatorSnapshot],

@@ -4,10 +4,13 @@ between plans Ray Data's own rule within the planner's bounds (:mod:`.inner`). P
 clock."""
 from __future__ import annotations
 
-from trident.autoscaler.policies.trident import estimates, tuner
+from dataclasses import replace
+
+from trident.autoscaler.policies.trident import estimates
 from trident.autoscaler.policies.trident.inner import inner_targets
 from trident.autoscaler.policies.trident.phases import Stuck, hold_tasks
 from trident.autoscaler.policies.trident.records import Bounds, key_of
+
 from trident.core.types import Decision, OperatorTarget, Snapshot
 
 
@@ -91,34 +94,22 @@ class RolloutSteps:
 
     # --- the inner loop ------------------------------------------------------------------------
 
-    def _inner(self, snap: Snapshot, now: float, notes: list[str]) -> Decision | None:
-        targets, reasons, self.held_back = inner_targets(
-            self.learned.within(snap), {**self.bounds, **self._first_batch_holds(snap)}, self._heaps(snap),
+    def _inner(self, snap: Snapshot, now: float, notes: list[str], decision: Decision) -> Decision:
+        """The inner loop's decision, else ``decision`` with a note for each pool the room newly
+        holds below what Ray's rule asks (once per pool and size asked)."""
+        targets, reasons, held = inner_targets(
+            self.learned.within(snap), self.bounds, self._heaps(snap),
             memory_limit_bytes=self._limit(snap), settings=self.settings, skip=self.phases.operators(),
             wanted=self.held_back, since_grew=self.growth.since(snap))
+        holds = {r.split(" held at ")[0]: r for r in reasons[len(targets):]}
+        new_holds = [f"inner loop: {r}" for n, r in holds.items() if self.held_back.get(n) != held.get(n)]
+        self.held_back = held
         fresh = [(t, r) for t, r in zip(targets, reasons) if self.inner_sent.get(t.name) != t.replicas]
         if not fresh:
-            return None
+            return replace(decision, notes=(*decision.notes, *new_holds)) if new_holds else decision
         targets, reasons = [t for t, _ in fresh], [r for _, r in fresh]
         self.inner_sent.update({t.name: t.replicas for t in targets})
         return self._issue(tuple(targets), "inner: " + "; ".join(reasons), now, notes, kind="inner", plan_made=False)
-
-    def _first_batch_holds(self, snap: Snapshot) -> dict[str, Bounds]:
-        """Under a memory limit, with the batch-size search on, a pool no task of which has finished
-        is held at its size: the search may start its new replicas at another batch once the first
-        batch is measured (about one task's time). Grown first, the new replicas would be cancelled
-        for the trial's (batch-size scenario: seven actors started at batch 8 and cancelled a second
-        later for four at batch 32, which then took 23 s to start on two cores). A pool whose heap
-        read now leaves the search no larger batch to certify is not held (:func:`tuner.may_try_larger`)."""
-        limit = self._limit(snap)
-        if limit is None or self.settings.bo_trials == 0:
-            return {}
-        heaps = self._heaps(snap)
-        return {o.name: Bounds(lo=o.config.min_replicas, hi=max(o.config.replicas or 1, o.config.min_replicas, 1),
-                               why="no batch measured yet: the batch-size search may choose its new replicas' batch")
-                for o in snap.operators
-                if o.config.kind == "actor" and o.config.batch_size and o.tasks_finished == 0 and not o.completed
-                and tuner.may_try_larger(snap, o, heaps, limit)}
 
     def _limit(self, snap: Snapshot) -> int | None:
         """The memory the limit leaves the pipeline's workers (bytes; ``None``: no limit)."""

@@ -233,21 +233,6 @@ def _line(x1: float, y1: float, x2: float, y2: float):
     return lambda x: y2 + slope * (x - x2)
 
 
-def may_try_larger(snap: Snapshot, o: OperatorSnapshot, heaps: dict[str, float], limit_bytes: float) -> bool:
-    """Whether the search could certify any trial of a larger batch for ``o`` once its first batch
-    is measured: twice the batch on half the replicas the pool may run, at twice the heap per
-    replica read now (the safe set's bound from one batch, before its margin), beside the other
-    pools' heaps (``heaps``: bytes per replica, 0 when unknown). True while ``o``'s heap is unknown.
-    On the video benchmark OCR's 750 MiB replicas left no room for batch 2 on four of them under
-    5 GiB, yet the pool waited its first 5 s task before growing."""
-    h = heaps.get(o.name, 0.0)
-    if h <= 0:
-        return True
-    others = sum(heaps.get(x.name, 0.0) * (x.config.replicas or 0) for x in snap.operators
-                 if x.name != o.name and x.config.kind == "actor")
-    return others + math.ceil(most_replicas(snap, o) / 2) * 2 * h <= limit_bytes
-
-
 def most_replicas(snap: Snapshot, o: OperatorSnapshot) -> int:
     """Replicas the pool may run: its maximum, and no more than the GPUs the other pools leave."""
     hi = o.config.max_replicas or max(o.config.replicas or 1, 1)
