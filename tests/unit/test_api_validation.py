@@ -5,6 +5,7 @@ import pytest
 import trident
 from trident.autoscaler.config import AutoscaleConfig
 from trident.core.errors import ConfigError, TridentError
+from trident.core.policy import PolicyContext
 from trident.autoscaler.shim import session
 
 
@@ -173,3 +174,5 @@ def test_memory_scope_is_ray_or_workers(bad):
     with pytest.raises(ConfigError, match="memory_scope"):
         trident.autoscale(memory_limit="1GiB", memory_scope=bad)
     assert AutoscaleConfig.from_user(memory_limit="1GiB", memory_scope="workers").memory_scope == "workers"
+    with pytest.raises(ConfigError, match="memory_scope"):
+        PolicyContext(memory_limit_bytes=2**30, memory_scope=bad)

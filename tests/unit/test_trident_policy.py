@@ -238,13 +238,16 @@ def test_the_workers_share_of_a_limit():
     assert estimates.workers_memory(GiB, ClusterView(cpus=1, gpus=0, other_memory_bytes=2 * GiB)) == 0
 
 
-def test_under_a_memory_limit_a_pool_read_live_grows_once_its_first_task_finishes():
+@pytest.mark.parametrize("scope, grown_to", [("workers", 4), ("ray", 3)])
+def test_under_a_memory_limit_a_pool_read_live_grows_once_its_first_task_finishes(scope, grown_to):
     """A live reading of a running replica is a floor of the heap a task holds (the video demo's
     OCR read 569 MiB mid-way through its first task; a task on HD frames held 770): under a
     memory limit the inner loop grows a pool only once a task of it has finished, then within
-    the limit at the heap read. A live reading confirms nothing."""
-    policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5 * GiB, seed=0),
+    the limit at the heap read and its margin, the wider one where the limit covers every Ray
+    process (``memory_margin_ray``). A live reading confirms nothing."""
+    policy = TridentPolicy(context=PolicyContext(memory_limit_bytes=5 * GiB, seed=0, memory_scope=scope),
                            settings=TridentSettings(bo_trials=0))
+    assert policy.settings.memory_margin == (0.6 if scope == "ray" else 0.15)
     grown = None
     for k in range(5):
         snap = _ray_like(float(k), ocr_replicas=1, ocr_out=0, embed_out=0)
@@ -258,8 +261,8 @@ def test_under_a_memory_limit_a_pool_read_live_grows_once_its_first_task_finishe
             break
     assert grown is not None, "the pool never grew"
     k, targets, reason = grown
-    # 750 MiB x 1.15 per replica, embed counted as large: 5 GiB holds 5 in all
-    assert k == 3 and targets == {"ocr": 4} and "memory limit" in reason, grown
+    # 750 MiB x 1.15 per replica, embed counted as large: 5 GiB holds 5 in all; x 1.6: 4
+    assert k == 3 and targets == {"ocr": grown_to} and "memory limit" in reason, grown
 
 
 @pytest.mark.parametrize("heap_mib", [300, 750])

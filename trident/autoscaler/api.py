@@ -171,7 +171,7 @@ class Run:
                 return None
             if self._controller is None:
                 ctx = PolicyContext(memory_limit_bytes=self.config.memory_limit_bytes, seed=self.config.seed,
-                                    dry_run=self.config.dry_run)
+                                    dry_run=self.config.dry_run, memory_scope=self.config.memory_scope)
                 self._controller = acquire_controller(policy=self.config.policy, context=ctx)
             handle = self._controller
         return ControllerClient(handle, timeout_s=self.config.controller_timeout_s, clock_origin_s=self._origin)

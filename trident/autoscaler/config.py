@@ -9,6 +9,7 @@ from typing import Any
 
 from trident.core.errors import ConfigError
 from trident.core.paths import writable_dir
+from trident.core.policy import MEMORY_SCOPES
 from trident.core.units import parse_memory_bytes
 
 MIN_INTERVAL_S = 0.05
@@ -22,10 +23,6 @@ def valid_policy_names() -> list[str]:
     from trident.core.policy import POLICIES
 
     return POLICIES.names()
-
-
-MEMORY_SCOPES = ("ray", "workers")
-"""What a ``memory_limit`` may cover (:class:`AutoscaleConfig`)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,11 +14,18 @@ from trident.core.types import Decision, Snapshot
 from trident.core.model.prior import OperatorPrior
 
 
+MEMORY_SCOPES = ("ray", "workers")
+"""What a memory limit covers: every Ray process on the driver's machine, or the pipeline's workers alone."""
+
+
 @dataclass(frozen=True)
 class PolicyContext:
     """Everything a policy is constructed with (keyword-only, validated)."""
 
     memory_limit_bytes: int | None = None
+    memory_scope: str = "workers"
+    """What ``memory_limit_bytes`` covers (:data:`MEMORY_SCOPES`). ``trident.autoscale`` passes its
+    own (``"ray"`` unless told); the simulator, whose limit holds its workers alone, keeps this."""
     seed: int = 0
     dry_run: bool = False
     priors: tuple[OperatorPrior, ...] = ()
@@ -28,6 +35,8 @@ class PolicyContext:
     def __post_init__(self) -> None:
         if self.memory_limit_bytes is not None and self.memory_limit_bytes <= 0:
             raise ConfigError("memory_limit", self.memory_limit_bytes, "None or a positive number of bytes")
+        if self.memory_scope not in MEMORY_SCOPES:
+            raise ConfigError("memory_scope", self.memory_scope, " or ".join(repr(m) for m in MEMORY_SCOPES))
 
 
 class Policy(Protocol):

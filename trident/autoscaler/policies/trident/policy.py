@@ -51,7 +51,7 @@ class TridentPolicy(RolloutSteps, BatchTuning):
 
     def __init__(self, *, context: PolicyContext | None = None, settings: TridentSettings | None = None) -> None:
         self.context = context or PolicyContext()
-        self.settings = settings or TridentSettings()
+        self.settings = (settings or TridentSettings()).for_scope(self.context.memory_scope)
         self.rng = np.random.default_rng(self.context.seed)
         self.observer = Observer(settings=self.settings, rng=self.rng, seed=self.context.seed,
                                  priors=self.context.priors)

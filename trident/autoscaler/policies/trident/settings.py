@@ -1,7 +1,7 @@
 """Every threshold of the ``trident`` policy, named and documented (seconds, fractions, counts)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from trident.core.errors import ConfigError
 
@@ -53,6 +53,15 @@ class TridentSettings:
     """Snapshots per operator kept for the filters and models."""
     memory_margin: float = 0.15
     """Relative margin over the largest heap per replica observed."""
+    memory_margin_ray: float = 0.6
+    """The margin where the memory limit covers every Ray process on the machine (its scope
+    ``"ray"``: a node's or container's limit, the kernel's to enforce). There a replica killed
+    over it is restarted by Ray Data and its tasks retried on it, so a pool over the limit
+    cannot be drained while its tasks run, and what the margin must cover is larger: a heap
+    that grows with the data (the PDF demo's OCR held 508 MiB per replica on text pages, 807 on
+    scanned ones) and Ray's other processes, read as the most so far (343 -> 1,245 MiB over
+    the video demo as task workers came). Under a 2.75 GiB cgroup: PDF demo 27 s and no kill
+    (18 kills at 0.15), video demo 10 s and none."""
     stable_heap_samples: int = 20
     """Heap samples of one configuration after which a third of the margin is kept."""
     default_cold_start_s: float = 10.0
@@ -134,6 +143,11 @@ class TridentSettings:
     when their rate is already ``shift_ratio_alone`` off (a sudden shift is acted on without
     waiting for the rest of ``rate_window_s``, or for a second window after a blurred one)."""
 
+    def for_scope(self, memory_scope: str) -> "TridentSettings":
+        """The settings to plan with under a memory limit of ``memory_scope``: the wider margin
+        (``memory_margin_ray``) where it covers every Ray process on the machine."""
+        return replace(self, memory_margin=max(self.memory_margin, self.memory_margin_ray)) if memory_scope == "ray" else self
+
     def __post_init__(self) -> None:
         for name in ("plan_interval_s", "rate_window_s", "max_rate_window_s", "refit_interval_s",
                      "solver_time_limit_s", "rollout_timeout_s", "horizon_s", "min_busy_s", "ceiling_hold_s",
@@ -160,10 +174,11 @@ class TridentSettings:
         if self.bo_trial_cold_starts < 0 or self.bo_min_batches < 0:
             raise ConfigError("bo_trial_cold_starts/bo_min_batches", (self.bo_trial_cold_starts, self.bo_min_batches),
                               "numbers >= 0")
-        if self.min_dwell_s < 0 or self.dwell_cold_starts < 0 or self.hysteresis < 0 or self.memory_margin < 0:
-            raise ConfigError("min_dwell_s/dwell_cold_starts/hysteresis/memory_margin",
-                              (self.min_dwell_s, self.dwell_cold_starts, self.hysteresis, self.memory_margin),
-                              "numbers >= 0")
+        if (self.min_dwell_s < 0 or self.dwell_cold_starts < 0 or self.hysteresis < 0 or self.memory_margin < 0
+                or self.memory_margin_ray < 0):
+            raise ConfigError("min_dwell_s/dwell_cold_starts/hysteresis/memory_margin/memory_margin_ray",
+                              (self.min_dwell_s, self.dwell_cold_starts, self.hysteresis, self.memory_margin,
+                               self.memory_margin_ray), "numbers >= 0")
         if (self.min_rate_windows < 1 or self.history < 20 or self.bo_trials < 0 or self.stable_heap_samples < 1
                 or self.stuck_intervals < 1 or self.sudden_tasks < 1):
             raise ConfigError("min_rate_windows/history/bo_trials/stable_heap_samples/stuck_intervals/sudden_tasks",
