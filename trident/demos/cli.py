@@ -157,12 +157,12 @@ def main(args: argparse.Namespace) -> int:
         for note in results[args.policy].notes:
             print(note)
     label = {"ray": "stock Ray Data", "trident": "trident"}
-    rows = [figures(label.get(p, p), r.run.record, wall_s=r.wall_s, rows=r.rows,
+    told = "trident" if "trident" in results else args.policy  # the run whose decisions are told
+    rows = [figures(label.get(p, p), results[p].run.record, wall_s=results[p].wall_s, rows=results[p].rows,
                     oom_kills=None if kills_s.get(p) is None else len(kills_s[p]))
-            for p, r in reversed(results.items())]  # the baseline's column first
+            for p in sorted(results, key=lambda p: p == told)]  # the baseline's column first, whichever ran first
     print()
     print(side_by_side(rows, unit=unit))
-    told = "trident" if "trident" in results else args.policy  # the run whose decisions are told
     main_run = results[told].run
     print(f"\nwhat {told} changed and why (seconds since its run began):")
     print("\n".join(changes(main_run.record) + kills(kills_s.get(told))))
