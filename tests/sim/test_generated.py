@@ -65,6 +65,9 @@ FIXED = {
     32: "the pool bounding a settled plan ran on its slow type only; it is now tried once on another type",
     0: "a pool pending for room on its own type capped every later plan at the GPUs running, and the "
        "other types' idle GPUs stayed out of them",
+    24: "the bottleneck, 4x faster on B, stayed on A: B's nodes had CPUs for 6 of its 8 replicas and a "
+        "move to measure it needed room for all",
+    84: "the bottleneck was moved to measure it with too little work left for the move to pay",
 }
 """Development seeds trident once lost to Ray's rule, and why: each stays at >= 0.98x."""
 

@@ -20,7 +20,7 @@ from trident.autoscaler.policies.trident.inner import (
 from trident.autoscaler.policies.trident.phases import obstacle
 from trident.autoscaler.policies.trident.records import Bounds
 from trident.autoscaler.policies.trident.settings import TridentSettings
-from trident.core.types import ClusterView, OperatorConfig, OperatorSnapshot, OperatorTarget, Snapshot
+from trident.core.types import ClusterView, NodeShape, OperatorConfig, OperatorSnapshot, OperatorTarget, Snapshot
 
 GiB = 2**30
 S = TridentSettings()
@@ -277,7 +277,7 @@ def test_a_target_beyond_the_gpus_of_its_type_names_the_type():
     assert "GPUs of type B too few" in stuck.obstacle and stuck.task_caps == ()
 
 
-def test_exploration_pins_one_pool_at_a_time_where_all_its_replicas_fit():
+def test_exploration_pins_one_pool_at_a_time_where_three_quarters_of_its_replicas_fit():
     import numpy as np
 
     from trident.autoscaler.policies.trident.explore import next_pins
@@ -296,8 +296,17 @@ def test_exploration_pins_one_pool_at_a_time_where_all_its_replicas_fit():
     (pin,) = next_pins(snap(2, 2), list(snap(2, 2).operators), obs.tracks, windows=1, min_busy_s=1.0)
     assert pin[0].name == "detect" and pin[0].replicas == 2 and pin[0].accelerator_type in ("A", "B")
     assert pin[1].startswith("explore: measure detect")
-    # 3.5 of 4 GPUs held: no type has room for a whole pool, so nothing is explored now
+    # 3.5 of 4 GPUs held: no type has room for 3/4 of a pool, so nothing is explored now
     assert next_pins(snap(4, 3), list(snap(4, 3).operators), obs.tracks, windows=1, min_busy_s=1.0) == []
+    # the GPU nodes' CPUs hold 2 replicas on A, 3 on B: detect's 4 go to B as 3 (seed 24 of the
+    # generated scenarios: the bottleneck, 4x faster on B, never moved while all 8 had to fit)
+    nodes = (NodeShape(node_id="a", cpus=2.0, gpus=4.0, accelerator_type="A"),
+             NodeShape(node_id="b", cpus=3.0, gpus=4.0, accelerator_type="B"))
+    short = replace(snap(4, 1), cluster=ClusterView(cpus=5, gpus=8, gpus_by_type=(("A", 4.0), ("B", 4.0)),
+                                                    nodes=nodes))
+    (pin,) = next_pins(short, list(short.operators), obs.tracks, windows=1, min_busy_s=1.0)
+    assert (pin[0].name, pin[0].replicas, pin[0].accelerator_type) == ("detect", 3, "B"), pin
+    assert "3 of its 4 replica(s)" in pin[1]
     one_type = Snapshot(execution_id="e", seq=1, time_s=1.0, operators=snap(2, 2).operators,
                         cluster=ClusterView(cpus=16, gpus=4, gpus_by_type=(("A", 4.0),)))
     assert next_pins(one_type, list(one_type.operators), obs.tracks, windows=1, min_busy_s=1.0) == []
@@ -309,6 +318,24 @@ def test_exploration_pins_one_pool_at_a_time_where_all_its_replicas_fit():
     done = {("detect", 0.0): None, ("embed", 0.0): None}
     assert next_pins(snap(2, 2), list(snap(2, 2).operators), obs.tracks, windows=1, min_busy_s=1.0,
                      explored=done) == []
+
+
+def test_the_bottleneck_is_explored_only_with_enough_work_left_for_a_move_to_pay():
+    from trident.autoscaler.policies.trident.explore import PAYS, bottleneck
+    from trident.core.plan.placement import Allocation, DeviceOption, NodeType, OperatorSpec, PlacementProblem
+
+    ops = [_actor("fast", 0, replicas=2, in_flight=2, queued=0), _actor("slow", 1, replicas=2, in_flight=4, queued=9)]
+    specs = tuple(OperatorSpec(name=o.name, single_device=True, min_replicas=1, max_replicas=8, cold_start_s=10.0,
+                               options=(DeviceOption(device="gpu", rate_rows_per_s=r, cpus=1.0, gpus=0.5),))
+                  for o, r in zip(ops, (100.0, 10.0)))
+
+    def problem(horizon_s):
+        return PlacementProblem(operators=specs, node_types=(NodeType(name="gpu", count=1, cpus=16, gpus=4),),
+                                current=Allocation.of({("fast", "gpu", "gpu"): 2, ("slow", "gpu", "gpu"): 2}),
+                                horizon_s=horizon_s)
+
+    assert [o.name for o in bottleneck(problem(PAYS * 10.0), ops)] == ["slow"]
+    assert bottleneck(problem(PAYS * 10.0 - 1.0), ops) == []  # a move would not pay over what is left
 
 
 def test_an_explored_pool_measured_slower_goes_back_once_and_a_faster_one_stays():
@@ -328,6 +355,9 @@ def test_an_explored_pool_measured_slower_goes_back_once_and_a_faster_one_stays(
     (back,) = reverts([pool], obs.tracks, tried, windows=2)
     assert back[0].accelerator_type == "B" and back[0].replicas == 2 and "back to B" in back[1]
     assert reverts([pool], obs.tracks, tried, windows=2) == []  # settled: once
+    fewer = {("embed", tr.regime_start_s): Tried(source="B", rate=100.0, target="A", replicas=3)}
+    (back,) = reverts([pool], obs.tracks, fewer, windows=2)  # explored with 2 of its 3: back with 3
+    assert back[0].replicas == 3
     faster = {("embed", tr.regime_start_s): Tried(source="B", rate=30.0, target="A")}
     assert reverts([pool], obs.tracks, faster, windows=2) == []
 

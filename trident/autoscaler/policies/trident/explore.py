@@ -4,8 +4,10 @@ planner chooses between them.
 Ray's autoscaler cannot choose a device, and user code usually names none: on a cluster with
 two or more GPU types an unpinned pool runs wherever its actors land. Here one pool at a time
 is pinned (a rolling update of ``accelerator_type``, new actors first) to a type it was not
-measured on yet, and only when that type has room for all its current replicas: exploring
-never shrinks a pool nor leaves actors pending. Once a pool has ``windows`` rate windows on
+measured on yet, with as many of its replicas as that type has room for, at least three
+quarters of them (seed 24: the bottleneck's 8 replicas, 4x faster on B, where 6 fit; it never
+moved while all 8 had to; with half, held-out seeds lost more to moves that found no faster type): exploring never leaves actors pending, and a pool measured slower there goes back
+with the replicas it had (:func:`reverts`). Once a pool has ``windows`` rate windows on
 several types, the MILP places it where it is relatively fastest. Exploring every pool is off
 by default (:attr:`TridentSettings.explore_types`); the pool that bounds a settled plan is
 explored all the same (:func:`bottleneck`): no plan can give it more on the types it was measured
@@ -46,6 +48,8 @@ class Tried:
     source: str | None
     rate: float | None
     target: str
+    replicas: int | None = None
+    """The pool's replicas where it was (a type with room for fewer took only those)."""
     settled: bool = False
 
 
@@ -57,7 +61,8 @@ def record(tried: dict[tuple[str, float], Tried], pins: list[tuple[OperatorTarge
         on = max(o.by_type, key=lambda u: u.actors).accelerator_type if o.by_type else None
         tried.setdefault((o.name, tr.regime_start_s),
                          Tried(source=o.config.accelerator_type or on, target=target.accelerator_type,
-                               rate=estimates.rate(tr, o, key_of(o.config), settings).rows_per_s))
+                               rate=estimates.rate(tr, o, key_of(o.config), settings).rows_per_s,
+                               replicas=o.config.replicas))
 
 
 def reverts(ops: list[OperatorSnapshot], tracks: dict[str, OperatorTrack], tried: dict[tuple[str, float], Tried], *,
@@ -74,20 +79,31 @@ def reverts(ops: list[OperatorSnapshot], tracks: dict[str, OperatorTrack], tried
         t.settled = True
         here = statistics.median(measured)
         if t.source is not None and t.rate and here * 1.1 < t.rate:
-            return [(OperatorTarget(name=o.name, replicas=o.config.replicas, accelerator_type=t.source),
+            return [(OperatorTarget(name=o.name, replicas=max(t.replicas or 0, o.config.replicas or 0),
+                                    accelerator_type=t.source),
                      f"explore: {o.name} back to {t.source} ({here:.3g} rows/s per replica on {t.target}, "
                      f"{t.rate:.3g} where it was)")]
     return []
 
 
+PAYS = 16.0
+"""A move to measure the bottleneck on another type is made only with at least this many of its
+cold starts of work left (``PlacementProblem.horizon_s``): it costs a rolling update, windows
+measured there and, where the type is slower, a move back (about two cold starts); a faster type
+must then pay that back over the work left, and is only as likely as not."""
+
+
 def bottleneck(prob: PlacementProblem, ops: list[OperatorSnapshot]) -> list[OperatorSnapshot]:
     """The GPU pool whose rate bounds the current plan's throughput (none when another operator
-    does, or nothing runs)."""
+    does, nothing runs, or too little work is left for a move to pay: :data:`PAYS`)."""
     counts = prob.current.as_dict() if prob.current is not None else {}
     caps = {sp.name: sum(o.rate_rows_per_s * counts.get((sp.name, o.device, n.name), 0)
                          for o in sp.options for n in prob.node_types) / max(f, 1e-12)
             for sp, f in zip(prob.operators, prob.demand_factors())}
     name = min(caps, key=caps.get) if caps else None
+    cold = {sp.name: sp.cold_start_s for sp in prob.operators}
+    if name is None or prob.horizon_s < PAYS * max(cold[name], 1.0):
+        return []
     return [o for o in ops if o.name == name and o.config.kind == "actor" and o.config.num_gpus > 0]
 
 
@@ -100,7 +116,7 @@ def next_pins(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Ope
     moved a pool of 4 to each of three types in turn, and lost 2.2x to Ray's rule; seed 17 moved
     one back to a type every 20 s, its windows there never measured). Empty when the cluster has
     one GPU type, an actor is pending, every pool is measured everywhere, or no type has room
-    (GPUs, and CPUs on its nodes) for the pool that still needs it."""
+    (GPUs, and CPUs on its nodes) for three quarters of the pool that still needs it."""
     types = [t for t, g in snap.cluster.gpus_by_type if g > 0]
     if len(types) < 2 or any(o.actors_pending for o in snap.operators):
         # pending actors are about to take room that looks free (seed 193: a pool moved to B for good
@@ -129,13 +145,15 @@ def next_pins(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Ope
         if not todo:
             continue
         n = max(1, c.replicas or 1)
-        room = [t for t in todo if free.get(t, 0.0) + 1e-9 >= n * c.num_gpus
-                and (cpus is None or cpus.get(t, 0.0) + 1e-9 >= n * c.num_cpus)]
+        fit = {t: min(n, int(free.get(t, 0.0) / c.num_gpus + 1e-9),
+                      n if cpus is None or c.num_cpus <= 0 else int(cpus.get(t, 0.0) / c.num_cpus + 1e-9))
+               for t in todo}
+        room = [t for t in todo if 4 * fit[t] >= 3 * n]
         if not room:
-            continue  # no type it still has to be measured on has room for it now
-        t = max(room, key=lambda x: (free[x], x))
+            continue  # no type it still has to be measured on has room for 3/4 of it now
+        t = max(room, key=lambda x: (fit[x], free[x], x))
         where = f"type {c.accelerator_type}" if c.accelerator_type else "no type"
-        return [(OperatorTarget(name=o.name, replicas=n, accelerator_type=t),
-                 f"explore: measure {o.name} on {t} ({n} replica(s); measured on {sorted(done) or 'none'}, "
-                 f"now on {where})")]
+        return [(OperatorTarget(name=o.name, replicas=fit[t], accelerator_type=t),
+                 f"explore: measure {o.name} on {t} ({fit[t]} of its {n} replica(s), as many as fit; measured on "
+                 f"{sorted(done) or 'none'}, now on {where})")]
     return []
