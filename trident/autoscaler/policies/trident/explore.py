@@ -5,9 +5,9 @@ Ray's autoscaler cannot choose a device, and user code usually names none: on a 
 two or more GPU types an unpinned pool runs wherever its actors land. Here one pool at a time
 is pinned (a rolling update of ``accelerator_type``, new actors first) to a type it was not
 measured on yet, with as many of its replicas as that type has room for, at least three
-quarters of them (seed 24: the bottleneck's 8 replicas, 4x faster on B, where 6 fit; it never
-moved while all 8 had to; with half, held-out seeds lost more to moves that found no faster type): exploring never leaves actors pending, and a pool measured slower there goes back
-with the replicas it had (:func:`reverts`). Once a pool has ``windows`` rate windows on
+quarters of them (seed 24: the bottleneck's 8 replicas, 4x faster on B, where 6 fit, never
+moved while all 8 had to): exploring never leaves actors pending, and a pool measured slower
+there goes back with the replicas it had (:func:`reverts`). Once a pool has ``windows`` rate windows on
 several types, the MILP places it where it is relatively fastest. Exploring every pool is off
 by default (:attr:`TridentSettings.explore_types`); the pool that bounds a settled plan is
 explored all the same (:func:`bottleneck`): no plan can give it more on the types it was measured

@@ -194,8 +194,8 @@ def memory_first(specs: list[OperatorSpec], ops: list[OperatorSnapshot],
     """Floors raised above the user's minimum (a pool kept at what it runs while its data got
     slower or its rate is a first estimate) yield to a memory limit they would break: the pools'
     floors at their heap over the limit make every plan infeasible, and the allocation over it
-    was kept (the PDF demo under a 2.75 GiB cgroup: OCR held at 2 once scanned pages made it
-    slower and its heap 750 MiB, 32 processes OOM-killed). Returns the specs and a note."""
+    would be kept (the PDF demo under a 2.75 GiB cgroup: OCR held at 2 once scanned pages made
+    it slower and its heap 750 MiB). Returns the specs and a note."""
     if limit_bytes is None:
         return specs, ()
     floor = sum(sp.min_replicas * min(opt.memory_bytes for opt in sp.options) for sp in specs)

@@ -10,7 +10,6 @@ from trident.autoscaler.policies.trident import estimates
 from trident.autoscaler.policies.trident.inner import inner_targets
 from trident.autoscaler.policies.trident.phases import Stuck, hold_tasks
 from trident.autoscaler.policies.trident.records import Bounds, key_of
-
 from trident.core.types import Decision, OperatorTarget, Snapshot
 
 

@@ -60,8 +60,7 @@ class TridentSettings:
     cannot be drained while its tasks run, and what the margin must cover is larger: a heap
     that grows with the data (the PDF demo's OCR held 508 MiB per replica on text pages, 807 on
     scanned ones) and Ray's other processes, read as the most so far (343 -> 1,245 MiB over
-    the video demo as task workers came). Under a 2.75 GiB cgroup: PDF demo 27 s and no kill
-    (18 kills at 0.15), video demo 10 s and none."""
+    the video demo as task workers came)."""
     stable_heap_samples: int = 20
     """Heap samples of one configuration after which a third of the margin is kept."""
     default_cold_start_s: float = 10.0
@@ -146,7 +145,9 @@ class TridentSettings:
     def for_scope(self, memory_scope: str) -> "TridentSettings":
         """The settings to plan with under a memory limit of ``memory_scope``: the wider margin
         (``memory_margin_ray``) where it covers every Ray process on the machine."""
-        return replace(self, memory_margin=max(self.memory_margin, self.memory_margin_ray)) if memory_scope == "ray" else self
+        if memory_scope != "ray":
+            return self
+        return replace(self, memory_margin=max(self.memory_margin, self.memory_margin_ray))
 
     def __post_init__(self) -> None:
         for name in ("plan_interval_s", "rate_window_s", "max_rate_window_s", "refit_interval_s",
