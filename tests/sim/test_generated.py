@@ -68,6 +68,10 @@ FIXED = {
     24: "the bottleneck, 4x faster on B, stayed on A: B's nodes had CPUs for 6 of its 8 replicas and a "
         "move to measure it needed room for all",
     84: "the bottleneck was moved to measure it with too little work left for the move to pay",
+    194: "a pool 6x faster on B ran on A and B for 250 s: two backpressured pools on B alone had no "
+         "per-type rate, and kept every pool from being planned per type",
+    171: "a pool spread over types, planned at its average rate, was held at 3 replicas (no per-type plan, "
+         "as for 194)",
 }
 """Development seeds trident once lost to Ray's rule, and why: each stays at >= 0.98x."""
 

@@ -567,6 +567,24 @@ def test_floors_raised_above_the_users_minimum_yield_to_the_memory_limit():
     assert problem.memory_first(held_specs, ops, None) == (held_specs, ())
 
 
+def test_a_pool_on_one_type_without_a_per_type_rate_is_planned_there_at_its_own_rate(monkeypatch):
+    """A backpressured pool reads no per-type rate; on one type, its rate is that type's (else it
+    keeps every pool from being planned per type)."""
+    from trident.autoscaler.policies.trident.records import Estimate
+    from trident.core.types import TypeUsage
+
+    monkeypatch.setattr(problem.estimates, "rate", lambda *a, **k: Estimate(40.0, "measured"))
+    pool = OperatorSnapshot(name="p", index=0, by_type=(TypeUsage(accelerator_type="B", actors=2, busy_s=0.0, tasks_finished=0),),
+                            config=OperatorConfig(kind="actor", replicas=2, num_gpus=0.25))
+    assert problem._one_type_rate(None, pool, TridentSettings()) == {"B": 40.0}
+    spread = replace(pool, by_type=tuple(TypeUsage(accelerator_type=t, actors=1, busy_s=0.0, tasks_finished=0)
+                                        for t in ("A", "B")))
+    assert problem._one_type_rate(None, spread, TridentSettings()) == {}  # on two types: per-type rates needed
+    assert problem._one_type_rate(None, replace(pool, by_type=()), TridentSettings()) == {}
+    monkeypatch.setattr(problem.estimates, "rate", lambda *a, **k: Estimate(None, "none"))
+    assert problem._one_type_rate(None, pool, TridentSettings()) == {}  # nothing measured
+
+
 def test_a_stall_bound_stays_a_bound_when_a_straggler_of_the_old_rows_ends_the_stall():
     """PDF benchmark: a batch of text pages finished 5 s into the scanned pages' stall; the bound
     (1.85 rows/s per replica) was then planned with as a measured rate ("first windows"), and a

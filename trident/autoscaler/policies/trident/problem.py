@@ -254,6 +254,7 @@ def typed_view(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Op
     # an unpinned pool's rate on each type its actors ran on; planned per type once every
     # type it holds actors on is measured
     seen = {o.name: estimates.typed_rates(tracks[o.name], key_of(o.config), settings.min_busy_s)
+            or _one_type_rate(tracks[o.name], o, settings)
             for o in gpu_ops if o.config.accelerator_type is None}
     # ... and only where some pool is materially faster on one type than another: between
     # types of equal speed a per-type plan only pins pools where the noise put them
@@ -268,6 +269,18 @@ def typed_view(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Op
                                        and {u.accelerator_type for u in o.by_type if u.actors} <= set(seen[o.name]))
                                    for o in gpu_ops)
     return TypedView(seen, per_type, upside)
+
+
+def _one_type_rate(tr: OperatorTrack, o: OperatorSnapshot, settings: TridentSettings) -> dict[str, float]:
+    """An unpinned pool whose actors all run on one type, where no per-type rate was read (its
+    output backpressured): its rate is that type's. Read as unknown, it kept every pool from being
+    planned per type (seed 194: a pool 6x faster on B than on A ran on both for 250 s beside two
+    backpressured pools on B alone)."""
+    live = {u.accelerator_type for u in o.by_type if u.actors}
+    if len(live) != 1:
+        return {}
+    est = estimates.rate(tr, o, key_of(o.config), settings)
+    return {live.pop(): est.rows_per_s} if est.rows_per_s else {}
 
 
 def _pinned_rates(tr: OperatorTrack, o: OperatorSnapshot, settings: TridentSettings) -> dict[str, float]:
