@@ -321,7 +321,7 @@ def test_exploration_pins_one_pool_at_a_time_where_three_quarters_of_its_replica
 
 
 def test_the_bottleneck_is_explored_only_with_enough_work_left_for_a_move_to_pay():
-    from trident.autoscaler.policies.trident.explore import PAYS, bottleneck
+    from trident.autoscaler.policies.trident.explore import bottleneck
     from trident.core.plan.placement import Allocation, DeviceOption, NodeType, OperatorSpec, PlacementProblem
 
     ops = [_actor("fast", 0, replicas=2, in_flight=2, queued=0), _actor("slow", 1, replicas=2, in_flight=4, queued=9)]
@@ -334,8 +334,9 @@ def test_the_bottleneck_is_explored_only_with_enough_work_left_for_a_move_to_pay
                                 current=Allocation.of({("fast", "gpu", "gpu"): 2, ("slow", "gpu", "gpu"): 2}),
                                 horizon_s=horizon_s)
 
-    assert [o.name for o in bottleneck(problem(PAYS * 10.0), ops)] == ["slow"]
-    assert bottleneck(problem(PAYS * 10.0 - 1.0), ops) == []  # a move would not pay over what is left
+    pays = S.explore_cold_starts
+    assert [o.name for o in bottleneck(problem(pays * 10.0), ops, pays)] == ["slow"]
+    assert bottleneck(problem(pays * 10.0 - 1.0), ops, pays) == []  # a move would not pay over what is left
 
 
 def test_an_explored_pool_measured_slower_goes_back_once_and_a_faster_one_stays():

@@ -86,23 +86,17 @@ def reverts(ops: list[OperatorSnapshot], tracks: dict[str, OperatorTrack], tried
     return []
 
 
-PAYS = 16.0
-"""A move to measure the bottleneck on another type is made only with at least this many of its
-cold starts of work left (``PlacementProblem.horizon_s``): it costs a rolling update, windows
-measured there and, where the type is slower, a move back (about two cold starts); a faster type
-must then pay that back over the work left, and is only as likely as not."""
-
-
-def bottleneck(prob: PlacementProblem, ops: list[OperatorSnapshot]) -> list[OperatorSnapshot]:
+def bottleneck(prob: PlacementProblem, ops: list[OperatorSnapshot], cold_starts: float) -> list[OperatorSnapshot]:
     """The GPU pool whose rate bounds the current plan's throughput (none when another operator
-    does, nothing runs, or too little work is left for a move to pay: :data:`PAYS`)."""
+    does, nothing runs, or less work is left, ``PlacementProblem.horizon_s``, than ``cold_starts``
+    of the pool's cold starts: :attr:`TridentSettings.explore_cold_starts`)."""
     counts = prob.current.as_dict() if prob.current is not None else {}
     caps = {sp.name: sum(o.rate_rows_per_s * counts.get((sp.name, o.device, n.name), 0)
                          for o in sp.options for n in prob.node_types) / max(f, 1e-12)
             for sp, f in zip(prob.operators, prob.demand_factors())}
     name = min(caps, key=caps.get) if caps else None
     cold = {sp.name: sp.cold_start_s for sp in prob.operators}
-    if name is None or prob.horizon_s < PAYS * max(cold[name], 1.0):
+    if name is None or prob.horizon_s < cold_starts * max(cold[name], 1.0):
         return []
     return [o for o in ops if o.name == name and o.config.kind == "actor" and o.config.num_gpus > 0]
 

@@ -231,8 +231,9 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         self.solve_failures = 0
         if not result.changed:  # the allocation is settled: the bottleneck on another type, or its batch size
             self._bound(ops, {o.name: o.config.replicas for o in ops if self._estimated(o, planning)}, "the plan")
+            slowest = explore.bottleneck(prob, ops, self.settings.explore_cold_starts)
             explored = (None if self.context.memory_limit_bytes is not None  # under a limit a move costs more
-                        else self._explore(snap, ops, prob, now, notes, only=explore.bottleneck(prob, ops)))
+                        else self._explore(snap, ops, prob, now, notes, only=slowest))
             return explored or self._tune(snap, ops, prob, planning, now, notes, result.reason)
         targets = problem.targets(ops, result.allocation)
         tuner_before = self._tuner_state()

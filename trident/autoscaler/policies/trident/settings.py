@@ -98,6 +98,10 @@ class TridentSettings:
     """Rate windows a GPU pool needs on each accelerator type before the planner chooses its type."""
     explore_min_remaining_s: float = 90.0
     """Remaining work (seconds at the current rate) below which no type is explored."""
+    explore_cold_starts: float = 16.0
+    """Remaining work, in the pool's own cold starts, below which the bottleneck is not moved to
+    measure it on another type: the move, its windows there and, where the type is slower, a move
+    back cost about two cold starts, and a faster type must pay that back over the work left."""
     # --- batch size and regimes ------------------------------------------------------------------
     bo_trials: int = 3
     """Batch sizes the optimiser may try per operator and regime (0 disables it)."""
