@@ -116,7 +116,8 @@ def main() -> None:
     p.add_argument("--timeout-s", type=float, default=300.0)
     p.add_argument("--cpus", type=int, default=8)
     p.add_argument("--gpus", type=int, default=2)
-    p.add_argument("--out", default="benchmarks/results/demo_memory_limit")
+    p.add_argument("--out", default=None,
+                   help="output path without suffix (default: benchmarks/results/demo_memory_limit-<limit>)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     for hidden in ("--policy", "--cgroup", "--inputs", "--work"):
         p.add_argument(hidden, help=argparse.SUPPRESS)
@@ -129,6 +130,7 @@ def main() -> None:
     from trident.core.units import parse_memory_bytes
 
     args.trident_limit = args.trident_limit or args.limit
+    args.out = args.out or f"benchmarks/results/demo_memory_limit-{args.limit}"
     args.limit = parse_memory_bytes(args.limit, "--limit")
     layout = find_layout()
     if isinstance(layout, str):

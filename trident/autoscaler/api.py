@@ -224,7 +224,8 @@ def autoscale(*, policy: Any = "trident", memory_limit: object = None, interval_
     ``policy``: a registered policy name (``"trident"``, ``"ds2"``, ``"static"``, ``"ray"``), or a
     policy factory ``factory(context=PolicyContext) -> Policy`` (it must be picklable).
     ``memory_limit``: the memory Ray may use on the driver's machine (bytes or ``"16GiB"``); the
-    ``trident`` policy plans the workers within what Ray's own processes leave of it
+    ``trident`` policy plans the actor pools within what Ray's other processes (daemons, idle and
+    task workers) leave of it, with ``TridentSettings.memory_margin_ray`` over their heap
     (``memory_scope="workers"``: the limit covers the pipeline's workers alone).
     ``interval_s``: seconds between snapshots (>= 0.05). ``dry_run``: decide and record, change nothing.
     ``log_dir``: write ``trident-run.{json,txt,png}`` there when the block ends (created and

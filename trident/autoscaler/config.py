@@ -41,8 +41,8 @@ class AutoscaleConfig:
     ``True`` the default store (``TRIDENT_HISTORY`` or the user's cache folder), a path, or
     ``False`` for none.
     ``memory_scope``: what ``memory_limit`` covers: ``"ray"`` every Ray process on the driver's
-    machine (a node's or container's limit: what Ray's own processes hold is read and the
-    workers get the rest), ``"workers"`` the pipeline's workers alone (a harness that holds
+    machine (a node's or container's limit: what Ray's other processes hold is read and the
+    actor pools get the rest), ``"workers"`` the pipeline's workers alone (a harness that holds
     only them to it).
     """
 

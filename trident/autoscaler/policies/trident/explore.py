@@ -95,8 +95,10 @@ def bottleneck(prob: PlacementProblem, ops: list[OperatorSnapshot], cold_starts:
                          for o in sp.options for n in prob.node_types) / max(f, 1e-12)
             for sp, f in zip(prob.operators, prob.demand_factors())}
     name = min(caps, key=caps.get) if caps else None
-    cold = {sp.name: sp.cold_start_s for sp in prob.operators}
-    if name is None or prob.horizon_s < cold_starts * max(cold[name], 1.0):
+    if name is None:
+        return []
+    cold_s = next(sp.cold_start_s for sp in prob.operators if sp.name == name)
+    if prob.horizon_s < cold_starts * max(cold_s, 1.0):
         return []
     return [o for o in ops if o.name == name and o.config.kind == "actor" and o.config.num_gpus > 0]
 
