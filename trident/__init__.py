@@ -27,4 +27,13 @@ def __getattr__(name: str):
         raise AttributeError(f"module 'trident' has no attribute {name!r}")
     module, attr = _LAZY[name]
     mod = import_module(module)
+    if module == "trident.autoscaler.api" and mod.join_arbiter is None:
+        mod.join_arbiter = _join_arbiter
     return mod if attr is None else getattr(mod, attr)
+
+
+def _join_arbiter(run):
+    """Every ``trident.autoscale`` block joins the cluster's arbiter (the job layer's)."""
+    from trident.jobs.arbiter.link import join
+
+    return join(run)

@@ -2,7 +2,7 @@
 import json
 from pathlib import Path
 
-from trident.report.metrics import FALLBACK_EVENTS, METRICS, OP_TAGS, dataset_of
+from trident.report.metrics import ARBITER_TAGS, FALLBACK_EVENTS, METRICS, OP_TAGS, dataset_of
 from trident.report.grafana import dashboard, missing_series
 from trident.core.types import DECISION_KINDS
 
@@ -29,5 +29,5 @@ def test_names_and_labels():
     names = [m.name for m in METRICS]
     assert len(names) == len(set(names)) and all(n.startswith("trident_") for n in names)
     assert all(m.kind in ("gauge", "counter") for m in METRICS)
-    assert all(set(m.tags) <= set(OP_TAGS) | {"kind"} for m in METRICS)
+    assert all(set(m.tags) <= set(OP_TAGS) | {"kind"} or m.tags == ARBITER_TAGS for m in METRICS)
     assert dataset_of("dataset_0356fWLs_0-5dce1d") == "dataset_0356fWLs_0"

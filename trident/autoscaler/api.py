@@ -15,12 +15,17 @@ import os
 import threading
 import time
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 from trident.autoscaler.config import AutoscaleConfig
 from trident.core import __version__
 from trident.report.metrics import count_event
 from trident.report.record import Event, ExecutionRecord, RunRecord, summarize
+
+
+join_arbiter: Callable[["Run"], Any] | None = None
+"""Seats a run at the cluster's arbiter and returns its link (``stop()`` leaves); the job layer's
+:func:`trident.jobs.arbiter.link.join`, set by the package's face (``import trident``)."""
 
 
 class Run:
@@ -43,6 +48,10 @@ class Run:
         self._depth = 0
         self.gpu_budget: float | None = None
         """The most GPUs this run's pipelines may hold (``None``: the cluster's); see :meth:`set_gpu_budget`."""
+        self.share: Any = None
+        """The budget the cluster's arbiter gives this run (a :class:`~trident.jobs.arbiter.Budget`;
+        ``None``: no cap, the run is alone or not joined), set by :mod:`trident.jobs.arbiter.link`."""
+        self._link: Any = None
         self.cold_starting = False
         """Whether a GPU actor pool of the running execution has actors still starting (observed)."""
         self.rewarm_s: float | None = None
@@ -59,6 +68,7 @@ class Run:
                     self._origin = time.perf_counter()
                     self.record.started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
                 self._closed = False
+                self._join_arbiter()
             self._depth += 1
         session.activate(self)
         return self
@@ -74,6 +84,9 @@ class Run:
             self._closed = True
             self.record.ended_at_s = self._now_s()
             controller, self._controller = self._controller, None
+            link, self._link = self._link, None
+        if link is not None:
+            link.stop()
         # Nothing trident does at the end may raise: the user's own exception, if any, stays theirs.
         if controller is not None and not self._controller_dead:
             from trident.autoscaler.controller.actor import release_controller
@@ -87,6 +100,14 @@ class Run:
                 self._write_log_dir(self.config.log_dir)
             except Exception as err:
                 self._warn_once("log_dir", f"writing the run's logs to {self.config.log_dir!r} failed: {err!r}")
+
+    def _join_arbiter(self) -> None:
+        """Take a seat at the cluster's arbiter (:data:`join_arbiter`, see :mod:`trident.jobs.arbiter.link`),
+        unless the run observes only (``dry_run``, the ``ray`` policy) or ``arbiter=False``."""
+        c = self.config
+        if join_arbiter is None or not c.arbiter or c.dry_run or c.policy_name == "ray":
+            return
+        self._link = join_arbiter(self)
 
     def set_gpu_budget(self, gpus: float | None) -> None:
         """Cap the GPUs this run's pipelines hold, live (``None`` lifts the cap). Lowering it drains
@@ -218,7 +239,8 @@ def _config_dict(config: AutoscaleConfig) -> dict[str, Any]:
 def autoscale(*, policy: Any = "trident", memory_limit: object = None, interval_s: float = 1.0,
               dry_run: bool = False, log_dir: str | None = None, seed: int = 0,
               controller_timeout_s: float = 60.0, start_slots: int | None = None,
-              history: object = True, memory_scope: str = "ray") -> Run:
+              history: object = True, memory_scope: str = "ray", arbiter: bool = True, name: str | None = None,
+              owner: str | None = None, priority: int | str = 0) -> Run:
     """Control every Ray Data execution run inside the returned context manager.
 
     ``policy``: a registered policy name (``"trident"``, ``"ds2"``, ``"static"``, ``"ray"``), or a
@@ -235,9 +257,15 @@ def autoscale(*, policy: Any = "trident", memory_limit: object = None, interval_
     ``history``: keep what each operator taught across runs and plan the next run's start from it
     (``True``: the default store, ``TRIDENT_HISTORY`` or the user's cache folder; a path; ``False``:
     start blind and keep nothing). See ``trident history``.
+    ``arbiter``: share the cluster with the runs of every other driver through its arbiter
+    (``trident status`` shows them): alone, a run plans on the whole cluster; beside others, within
+    the budget the arbiter gives it. ``name`` (default: the script and process id), ``owner``
+    (default: the user) and ``priority`` (a class, higher first: an integer, or ``"low"``,
+    ``"medium"`` (0), ``"high"`` as Ray Data names them) are what the arbiter knows it by.
     Raises :class:`~trident.core.errors.ConfigError` on bad input.
     """
     return Run(AutoscaleConfig.from_user(policy=policy, memory_limit=memory_limit, interval_s=interval_s,
                                          dry_run=dry_run, log_dir=log_dir, seed=seed,
                                          controller_timeout_s=controller_timeout_s, start_slots=start_slots,
-                                         history=history, memory_scope=memory_scope))
+                                         history=history, memory_scope=memory_scope, arbiter=arbiter, name=name,
+                                         owner=owner, priority=priority))

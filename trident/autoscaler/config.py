@@ -12,6 +12,8 @@ from trident.core.paths import writable_dir
 from trident.core.policy import MEMORY_SCOPES
 from trident.core.units import parse_memory_bytes
 
+PRIORITY_NAMES = {"low": -1, "medium": 0, "high": 1}
+"""Priorities as Ray Data's autoscaling coordinator names them, as the arbiter's classes."""
 MIN_INTERVAL_S = 0.05
 """The shortest observation period: Ray Data's executor steps about every 0.1 s, so a
 shorter one only floods the controller with identical snapshots."""
@@ -44,6 +46,8 @@ class AutoscaleConfig:
     machine (a node's or container's limit: what Ray's other processes hold is read and the
     actor pools get the rest), ``"workers"`` the pipeline's workers alone (a harness that holds
     only them to it).
+    ``arbiter``: join the cluster's arbiter as ``name`` of ``owner`` with ``priority`` (a class,
+    higher first; :mod:`trident.jobs.arbiter`).
     """
 
     policy: Any = "trident"
@@ -56,6 +60,10 @@ class AutoscaleConfig:
     start_slots: int | None = None
     history: bool | str = True
     memory_scope: str = "ray"
+    arbiter: bool = True
+    name: str | None = None
+    owner: str | None = None
+    priority: int | str = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.policy, str) or not callable(self.policy):
@@ -83,6 +91,15 @@ class AutoscaleConfig:
             raise ConfigError("start_slots", self.start_slots, "None or an integer >= 1")
         if not isinstance(self.history, (bool, str)) or (isinstance(self.history, str) and not self.history.strip()):
             raise ConfigError("history", self.history, "True, False or the path of a history file (str)")
+        if not isinstance(self.arbiter, bool):
+            raise ConfigError("arbiter", self.arbiter, "True or False")
+        for what, value in (("name", self.name), ("owner", self.owner)):
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ConfigError(what, value, "None or a non-empty string")
+        if isinstance(self.priority, str) and self.priority.lower() in PRIORITY_NAMES:
+            object.__setattr__(self, "priority", PRIORITY_NAMES[self.priority.lower()])
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
+            raise ConfigError("priority", self.priority, "an integer (higher first) or 'low', 'medium', 'high'")
 
     @property
     def history_path(self) -> Path | None:

@@ -220,7 +220,9 @@ class JobScheduler:
         """Queue a pipeline: ``fn(*args, **kwargs)`` builds and runs a Ray Data pipeline; it runs
         in a driver thread under ``trident.autoscale(**autoscale)`` with a GPU budget between
         ``min_gpus`` (held like a job's GPUs) and ``max_gpus`` (whole GPUs lent while no job
-        waits). Preempting it shrinks it to ``min_gpus``; it grows back when GPUs are free.
+        waits). Preempting it shrinks it to ``min_gpus``; it grows back when GPUs are free. It does
+        not join the cluster's arbiter unless ``autoscale`` says ``arbiter=True``: this scheduler
+        gives it its budget.
         ``parallel_fraction``: the share of its run time at ``max_gpus`` that divides over its GPUs
         (the rest, Ray Data's start and the CPU stages, does not); the lazy preemptor prices a
         shrink by the stretch of its run, so 1 (the default) shrinks it least readily."""
@@ -233,7 +235,7 @@ class JobScheduler:
                                  setup_s=setup_s, expected_duration_s=expected_duration_s, **kwargs)
             r = self._records[job_id]
             r.job = replace(r.job, max_gpus=float(max_gpus), parallel_fraction=float(parallel_fraction))
-            r.autoscale = dict(autoscale or {})
+            r.autoscale = {"arbiter": False, **(autoscale or {})}  # this scheduler gives its budget
             self._enqueue(r)
         return job_id
 

@@ -38,6 +38,13 @@ PANELS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
         (f"sum by (operator) (increase(ray_trident_regime_changes_total{{{SEL}}}[5m]))", "{{operator}}"),)),
     ("Fallbacks to stock Ray Data", "short", (
         (f"sum by (kind) (ray_trident_fallbacks_total{{{RUN_SEL}}})", "{{kind}}"),)),
+    ("Arbiter: each run's budget", "short", (
+        ("ray_trident_arbiter_budget_cpus", "{{run}} CPUs"),
+        ("ray_trident_arbiter_budget_gpus", "{{run}} GPUs"))),
+    ("Arbiter: each run's rate, time left and rank", "short", (
+        ("ray_trident_arbiter_rows_per_s", "{{run}} rows/s"),
+        ("ray_trident_arbiter_remaining_s", "{{run}} s left"),
+        ("ray_trident_arbiter_rank", "{{run}} rank"))),
 )
 
 

@@ -4,9 +4,11 @@ The controller actor records every snapshot it receives and every decision it ma
 (:meth:`ControllerMetrics.record`); the driver counts the times trident stepped back
 (:func:`count_event`). Both go through ``ray.util.metrics``, so Ray's metrics agent exports
 them on its Prometheus endpoint (``ray.init(_metrics_export_port=...)``, Ray's Grafana set-up)
-with Ray's ``ray_`` prefix. Labels: ``dataset`` (Ray Data's dataset id, the same value as on
+with Ray's ``ray_`` prefix; the cluster's arbiter (:mod:`trident.jobs.arbiter`) records its
+runs' budgets and progress (:class:`ArbiterMetrics`). Labels: ``dataset`` (Ray Data's dataset id, the same value as on
 ``ray_data_*``), ``execution`` (trident's id for one execution of it), ``operator``
-(trident's operator name) and ``policy``; counters add ``kind``. :data:`METRICS` is the one
+(trident's operator name) and ``policy``; counters add ``kind``; the arbiter's series are
+labelled by ``run`` (its run id) and ``owner``. :data:`METRICS` is the one
 list of what is exported (docs/metrics.md documents each entry).
 
 Recording never raises: a metric that cannot be set is skipped, and a Ray without a metrics
@@ -21,6 +23,7 @@ from trident.core.types import Decision, OperatorSnapshot, Snapshot
 
 OP_TAGS = ("dataset", "execution", "operator", "policy")
 RUN_TAGS = ("dataset", "execution", "policy")
+ARBITER_TAGS = ("run", "owner")
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,15 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("trident_fallbacks", "counter", ("dataset", "kind"),
                "Times trident stepped back to stock Ray Data (kind: fallback, controller_failed, observe_only, "
                "detached)."),
+    MetricSpec("trident_arbiter_budget_cpus", "gauge", ARBITER_TAGS,
+               "CPUs the cluster's arbiter gives the run; absent while the run is alone (no cap)."),
+    MetricSpec("trident_arbiter_budget_gpus", "gauge", ARBITER_TAGS,
+               "GPUs the cluster's arbiter gives the run; absent while the run is alone (no cap)."),
+    MetricSpec("trident_arbiter_rank", "gauge", ARBITER_TAGS, "The run's place in the arbiter's order (1: first)."),
+    MetricSpec("trident_arbiter_rows_per_s", "gauge", ARBITER_TAGS,
+               "Input rows per second the arbiter measures of the run (over its last 10 s)."),
+    MetricSpec("trident_arbiter_remaining_s", "gauge", ARBITER_TAGS,
+               "Seconds the run has left at that rate, as the arbiter predicts them."),
 )
 """Every series trident exports (Ray adds ``ray_`` before each name; a counter also gets ``_total``)."""
 
@@ -87,7 +99,7 @@ class ControllerMetrics:
     """The controller's gauges and counters (created once per controller process)."""
 
     def __init__(self) -> None:
-        self.series = {s.name: _create(s) for s in METRICS if s.name != "trident_fallbacks"}
+        self.series = {s.name: _create(s) for s in METRICS if s.name != "trident_fallbacks" and s.tags != ARBITER_TAGS}
         self.targets: dict[tuple[str, str], int] = {}
         """Per (execution, operator): the replicas the latest plan asked for."""
 
@@ -136,6 +148,28 @@ class ControllerMetrics:
         for name, value in values.items():
             if value is not None:
                 self.series[name].set(float(value), tags=tags)
+
+
+class ArbiterMetrics:
+    """The arbiter's gauges, one series per run (created once, in the arbiter's process)."""
+
+    FIELDS = (("trident_arbiter_budget_cpus", "budget_cpus"), ("trident_arbiter_budget_gpus", "budget_gpus"),
+              ("trident_arbiter_rows_per_s", "rate"), ("trident_arbiter_remaining_s", "remaining_s"))
+
+    def __init__(self) -> None:
+        self.series = {s.name: _create(s) for s in METRICS if s.tags == ARBITER_TAGS}
+
+    def record(self, runs: list[dict]) -> None:
+        """Set every run's gauges from the arbiter's status rows; never raises."""
+        try:
+            for r in runs:
+                tags = {"run": r["run_id"], "owner": r["owner"] or "-"}
+                self.series["trident_arbiter_rank"].set(float(r["rank"] + 1), tags=tags)
+                for name, key in self.FIELDS:
+                    if r[key] is not None:
+                        self.series[name].set(float(r[key]), tags=tags)
+        except Exception:  # noqa: BLE001 - metrics are a view; the arbiter must go on without them
+            pass
 
 
 _fallbacks: Any = None

@@ -70,8 +70,8 @@ class ExecutionShim:
         self.last_observed_s = -float("inf")
         self.last_polled_s = -float("inf")
         self.poll_s = poll_interval_s(self.config.interval_s)
-        self.budget_applied: float | None = None
-        self.stock_gpu_limit: float | None = None
+        self.limits = None
+        """Ray Data's limits kept at the run's budget (:class:`trident.autoscaler.shim.budget.Limits`)."""
         self.budget_clamp: dict[Any, int] = {}
         self.pending_since: dict[Any, float] = {}
         self.start_slots = 1
@@ -430,46 +430,44 @@ class ExecutionShim:
         return target if target is not None else max(pool.min_size(), min(pool.current_size(), pool.max_size()))
 
     def _budget_clamp(self) -> dict[Any, int]:
-        """Apply the run's GPU budget (see :mod:`trident.autoscaler.shim.budget`): cap Ray Data's GPU limit
+        """Apply the run's budget (see :mod:`trident.autoscaler.shim.budget`): set Ray Data's limits
         and return the pools' targets that fit in it; record whether GPU actors are starting."""
-        from trident.autoscaler.shim.budget import fit_to_budget
+        from trident.autoscaler.shim.budget import Limits, describe, fit_to_budget, lowest
 
         now = self.now_s()
-        pools = {}
+        gpu_pools, cpu_pools, task_cpus = {}, {}, 0.0
         for op, kind in self.kinds.items():
-            if kind != "actor" or op.has_completed():
+            if op.has_completed() or kind not in ("actor", "task"):
+                continue
+            config = self.builder.config(op)
+            if kind == "task":
+                task_cpus += config.num_cpus
                 continue
             pool = op.get_autoscaling_actor_pools()[0]
-            gpus = self.builder.config(op).num_gpus
-            if gpus > 0:
-                pools[op] = (self._pool_target(op, pool), gpus, pool.min_size())
+            if config.num_cpus > 0:
+                cpu_pools[op] = (self._pool_target(op, pool), config.num_cpus, pool.min_size())
+            if config.num_gpus > 0:
+                gpu_pools[op] = (self._pool_target(op, pool), config.num_gpus, pool.min_size())
                 pending = pool.num_pending_actors() > 0
                 if pending and op not in self.pending_since:
                     self.pending_since[op] = now
                 elif not pending and op in self.pending_since:
                     self.run.rewarm_s = now - self.pending_since.pop(op)
         self.run.cold_starting = bool(self.pending_since)
-        budget = self.run.gpu_budget
-        if budget != self.budget_applied:
-            import copy
-
-            rm = self.executor._resource_manager
-            if self.stock_gpu_limit is None:
-                self.stock_gpu_limit = float(rm._options.resource_limits.gpu)
-            opts = copy.copy(rm._options)
-            opts.resource_limits = opts.resource_limits.copy(
-                gpu=self.stock_gpu_limit if budget is None else min(budget, self.stock_gpu_limit))
-            rm._options = opts
-            rm._global_limits_last_update_time = 0.0
-            self.budget_applied = budget
-            self._event("gpu_budget", "GPU budget lifted" if budget is None else f"GPU budget {budget:g}")
-        if budget is None:
-            return {}
-        clamp = fit_to_budget(pools, budget)
+        share = self.run.share
+        cpus, gpus = (None if share is None else share.cpus), lowest(self.run.gpu_budget, share and share.gpus)
+        if self.limits is None:
+            self.limits = Limits(self.executor._resource_manager)
+        if self.limits.apply(cpus, gpus):
+            self._event("budget", "budget lifted" if cpus is None and gpus is None else describe(cpus, gpus))
+        clamp = {} if gpus is None else fit_to_budget(gpu_pools, gpus)
+        if cpus is not None:
+            cpu_pools = {op: (min(t, clamp.get(op, t)), c, lo) for op, (t, c, lo) in cpu_pools.items()}
+            clamp.update(fit_to_budget(cpu_pools, cpus - task_cpus))
         for op, want in clamp.items():
-            if want < pools[op][0] and self.budget_clamp.get(op) != want:
+            if want < self._pool_target(op, op.get_autoscaling_actor_pools()[0]) and self.budget_clamp.get(op) != want:
                 self._action(now, self.names.by_op[op], "budget",
-                             f"pool held at {want} actor(s): GPU budget {budget:g}", want)
+                             f"pool held at {want} actor(s): {describe(cpus, gpus)}", want)
         self.budget_clamp = clamp
         return clamp
 

@@ -1,0 +1,261 @@
+"""The arbiter's pure state: registration and trust, heartbeats and lapses, and how budgets are divided."""
+import pytest
+
+from trident.jobs.arbiter import ArbiterState, Budget, Claim, Progress, Refused
+from trident.jobs.arbiter.divide import Share, divide, rank
+
+
+def _state(**kw):
+    return ArbiterState(cpus=12.0, gpus=4.0, rebalance_s=0.0, **kw)
+
+
+def _beat(state, run_id, token, done, total, now):
+    return state.update(run_id, token, Progress(rows_done=done, rows_total=total), now)
+
+
+def test_a_run_alone_gets_no_cap_and_two_runs_share_the_cluster():
+    s = _state()
+    a, ta, budget = s.register(Claim(name="long", min_cpus=3), 0.0)
+    assert budget == Budget()  # alone: plans on the whole cluster
+    b, tb, budget_b = s.register(Claim(name="short", min_cpus=3), 8.0)
+    total_cpus = s.runs[a].budget.cpus + s.runs[b].budget.cpus
+    assert total_cpus == pytest.approx(12.0) and min(s.runs[a].budget.cpus, budget_b.cpus) >= 3.0
+    s.leave(b, tb, 9.0)
+    assert s.runs[a].budget == Budget()
+
+
+def test_srtf_serves_the_run_with_the_least_time_left_first():
+    s = _state(preemption="eager")
+    a, ta, _ = s.register(Claim(name="long", min_cpus=2), 0.0)
+    b, tb, _ = s.register(Claim(name="short", min_cpus=2), 0.0)
+    for t in (1.0, 2.0, 3.0, 4.0):  # a rate once the heartbeats span 3 s
+        _beat(s, a, ta, 100 * t, 16000, t)  # 100 rows/s, 156 s left
+        _beat(s, b, tb, 100 * t, 3000, t)  # 100 rows/s, 26 s left
+    assert s.runs[b].budget.rank == 0 and s.runs[b].budget.cpus == pytest.approx(10.0)
+    assert s.runs[a].budget.cpus == pytest.approx(2.0)  # its floor: nobody starves
+    assert "srtf" in s.runs[a].budget.reason
+
+
+def test_lazy_keeps_the_budget_of_a_run_about_to_finish():
+    for preemption, kept in (("lazy", True), ("eager", False)):
+        top = Share("top", Claim(name="top", min_cpus=2), 0.0, 1.0, None, Budget(cpus=6, gpus=0, rank=0))
+        ending = Share("ending", Claim(name="ending", min_cpus=2), 1.0, 5.0, None, Budget(cpus=6, gpus=0, rank=1))
+        out = divide([top, ending], cpus=12, gpus=0, preemption=preemption, payoff_s=10.0)
+        assert out["ending"].cpus == pytest.approx(6.0 if kept else 2.0), preemption
+        assert out["top"].cpus == pytest.approx(6.0 if kept else 10.0)
+        assert ("cannot pay off" in out["ending"].reason) is kept
+
+
+def test_never_lets_newcomers_share_only_what_is_left():
+    s = _state(preemption="never", policy="srtf")
+    a, ta, _ = s.register(Claim(name="first", min_cpus=2, max_cpus=8), 0.0)
+    _beat(s, a, ta, 10, 100000, 1.0)
+    b, tb, budget = s.register(Claim(name="second", min_cpus=2), 2.0)
+    assert s.runs[a].budget.cpus == pytest.approx(8.0) and budget.cpus == pytest.approx(4.0)
+
+
+def test_priority_classes_come_before_the_policy_and_quotas_hold_whatever_is_claimed():
+    s = _state(quotas={"greedy": (4.0, 1.0)})
+    a, _, _ = s.register(Claim(name="batch", owner="greedy", min_cpus=1, min_gpus=1), 0.0)
+    b, _, _ = s.register(Claim(name="urgent", owner="ana", priority=5, min_cpus=1), 1.0)
+    assert s.runs[b].budget.rank == 0
+    assert s.runs[a].budget.cpus <= 4.0 and s.runs[a].budget.gpus <= 1.0
+    assert s.runs[b].budget.cpus == pytest.approx(11.0)
+
+
+def test_a_run_alone_under_a_quota_is_capped():
+    s = _state(quotas={"bob": (2.0, 0.0)})
+    _, _, budget = s.register(Claim(name="x", owner="bob", min_cpus=1), 0.0)
+    assert budget.cpus == pytest.approx(2.0) and budget.gpus == 0.0
+
+
+@pytest.mark.parametrize("claim, why", [
+    (Claim(name="neg", min_gpus=-1), "min_gpus"),
+    (Claim(name="big", min_cpus=64), "above the cluster"),
+    (Claim(name="inv", min_cpus=4, max_cpus=2), "below min_cpus"),
+    (Claim(name="kind", kind="batch"), "kind"),
+    (Claim(name=""), "name"),
+    ("not a claim", "Claim"),
+])
+def test_bad_claims_are_refused_named_and_change_nothing(claim, why):
+    s = _state()
+    with pytest.raises(Refused, match=why):
+        s.register(claim, 0.0)
+    assert s.runs == {}
+
+
+def test_a_run_changes_only_its_own_registration():
+    s = _state()
+    a, ta, _ = s.register(Claim(name="a"), 0.0)
+    b, tb, _ = s.register(Claim(name="b"), 0.0)
+    before = dict(s.runs[a].__dict__)
+    with pytest.raises(Refused, match="wrong token"):
+        s.update(a, tb, Progress(rows_done=5, rows_total=10), 1.0)
+    with pytest.raises(Refused, match="wrong token"):
+        s.leave(a, tb, 1.0)
+    with pytest.raises(Refused, match="unknown run"):
+        s.update("nobody", ta, Progress(), 1.0)
+    with pytest.raises(Refused, match="rows_done"):
+        s.update(a, ta, Progress(rows_done=-3), 1.0)
+    assert s.runs[a].__dict__ == before and a in s.runs
+
+
+def test_the_rate_is_measured_over_a_window_and_unknown_until_rows_move():
+    s = _state()
+    a, ta, _ = s.register(Claim(name="a"), 0.0)
+    for t in range(0, 4):
+        _beat(s, a, ta, 0, 1000, float(t))  # filling: no row out yet
+    assert not s.runs[a].rate and s.runs[a].remaining_s() is None
+    for t in range(4, 34):
+        _beat(s, a, ta, 50 * (t - 4) if t < 20 else 800 + 10 * (t - 20), 1000, float(t))
+    assert s.runs[a].rate == pytest.approx(10.0)  # the last 10 s only
+    assert s.runs[a].peak_rate == pytest.approx(50.0)
+    _beat(s, a, ta, 5, 1000, 34.0)  # a new execution of the run starts from its first rows
+    assert s.runs[a].rate is None and s.runs[a].remaining_s() is None
+
+
+def test_a_silent_run_lapses_and_its_budget_returns():
+    s = _state(lapse_s=5.0)
+    a, ta, _ = s.register(Claim(name="alive", min_cpus=2), 0.0)
+    b, tb, _ = s.register(Claim(name="dead", min_cpus=2), 0.0)
+    _beat(s, a, ta, 1, 10, 4.0)
+    assert b in s.runs
+    _beat(s, a, ta, 2, 10, 6.0)
+    assert b not in s.runs and s.runs[a].budget == Budget()
+    assert any("no heartbeat" in text for _, text in s.decisions)
+    with pytest.raises(Refused, match="register again"):
+        s.update(b, tb, Progress(), 6.5)
+
+
+def test_floors_that_overfill_the_cluster_share_it_equally():
+    shares = [Share(f"r{i}", Claim(name=f"r{i}", min_cpus=5), float(i), None, None, None) for i in range(3)]
+    out = divide(shares, cpus=12, gpus=0, policy="fifo", preemption="eager")
+    assert [out[f"r{i}"].cpus for i in range(3)] == [pytest.approx(4.0)] * 3
+
+
+def test_a_newcomer_is_ranked_by_its_rows_at_the_others_rate_and_the_first_keeps_its_place_among_equals():
+    held = Budget(cpus=8, gpus=3, rank=0)
+    first = Share("first", Claim(name="first"), 0.0, 26.0, None, held, rows_left=2600, rate=100.0)
+    same = Share("same", Claim(name="same"), 5.0, 24.0, None, Budget(cpus=2, gpus=1, rank=1), rows_left=2400,
+                 rate=100.0)
+    assert [s.run_id for s in rank([first, same], policy="srtf", now=6.0, incumbent_credit_s=10.0)] == ["first", "same"]
+    assert [s.run_id for s in rank([first, same], policy="srtf", now=6.0)] == ["same", "first"]
+    big = Share("big", Claim(name="big"), 6.0, None, None, None, rows_left=16000)
+    small = Share("small", Claim(name="small"), 6.0, None, None, None, rows_left=500)
+    order = [s.run_id for s in rank([first, big, small], policy="srtf", now=7.0, incumbent_credit_s=10.0)]
+    assert order == ["small", "first", "big"]  # 5 s, 16 s and 160 s at the measured 100 rows/s
+    alone = [s.run_id for s in rank([big, small], policy="srtf", now=7.0)]
+    assert alone == ["big", "small"]  # nobody measured: newcomers count as short, in arrival order
+
+
+def test_rank_follows_the_job_layer_policy():
+    shares = [Share("old", Claim(name="old"), 0.0, 50.0, None, None),
+              Share("new", Claim(name="new"), 5.0, 10.0, None, None)]
+    assert [s.run_id for s in rank(shares, policy="fifo", now=6.0)] == ["old", "new"]
+    assert [s.run_id for s in rank(shares, policy="srtf", now=6.0)] == ["new", "old"]
+
+
+def test_status_lists_every_run_in_rank_order_with_its_reason():
+    s = _state()
+    a, ta, _ = s.register(Claim(name="a", owner="ana"), 0.0)
+    s.register(Claim(name="b", owner="bo"), 0.5)
+    for t in (1.0, 2.0, 3.0, 4.0):
+        _beat(s, a, ta, 10 * t, 100, t)
+    st = s.status(4.0)
+    assert [r["rank"] for r in st["runs"]] == sorted(r["rank"] for r in st["runs"])
+    assert {r["owner"] for r in st["runs"]} == {"ana", "bo"} and all(r["reason"] for r in st["runs"])
+    row = next(r for r in st["runs"] if r["name"] == "a")
+    assert row["rate"] == pytest.approx(10.0) and row["remaining_s"] == pytest.approx(6.0)
+
+
+def test_time_left_is_the_work_left_at_the_best_rate_shown():
+    s = _state()
+    a, ta, _ = s.register(Claim(name="a"), 0.0)
+    for t in range(0, 5):
+        _beat(s, a, ta, 20 * t, 1000, float(t))
+    for t in range(5, 20):  # shrunk: no row for 15 s
+        _beat(s, a, ta, 80, 1000, float(t))
+    assert s.runs[a].rate == 0.0 and s.runs[a].remaining_s() == pytest.approx((1000 - 80) / 20)
+
+
+def _snapshot(ops, total, completed=False):
+    from trident.core.types import ClusterView, OperatorConfig, OperatorSnapshot, Snapshot
+
+    def op(i, name, kind, rows_in, rows_out, cpus=1.0, gpus=0.0, lo=1, hi=None):
+        return OperatorSnapshot(name=name, index=i, config=OperatorConfig(
+            kind=kind, replicas=1, min_replicas=lo, max_replicas=hi, num_cpus=cpus, num_gpus=gpus),
+            rows_in_total=rows_in, rows_in_done_total=rows_in, rows_out_total=rows_out,
+            completed=completed and kind != "other")
+
+    return Snapshot(execution_id="e", seq=1, time_s=1.0, input_rows_total=total,
+                    operators=tuple(op(i, *o) for i, o in enumerate(ops)),
+                    cluster=ClusterView(cpus=12.0, gpus=4.0))
+
+
+def test_progress_counts_the_rows_the_last_operator_took_in_in_input_rows():
+    from trident.jobs.arbiter.link import progress_of
+
+    # the source raced ahead (2,360 of 3,000 out); a filter keeps half; the sink took in 450 rows
+    snap = _snapshot([("Input", "other", 75, 0), ("Read->Parse", "task", 59, 2360),
+                      ("Filter", "actor", 2000, 1000), ("Write", "task", 450, 11)], 3000)
+    p = progress_of(snap)
+    assert p.rows_total == 3000 and p.rows_done == pytest.approx(900.0)
+    done = progress_of(_snapshot([("Read", "task", 75, 3000), ("Write", "task", 3000, 75)], 3000, completed=True))
+    assert done.rows_done == 3000
+    assert progress_of(_snapshot([("Read", "task", 1, 10)], None)).rows_done is None
+
+
+def test_a_claim_asks_one_replica_of_each_operator_at_least_and_the_pools_maxima_at_most():
+    from trident.jobs.arbiter.link import claim_of
+
+    pools = [("Read", "task", 0, 0, 1.0), ("Detect", "actor", 0, 0, 1.0, 0.5, 1, 6),
+             ("Embed", "actor", 0, 0, 1.0, 0.5, 2, 6), ("Write", "task", 0, 0, 1.0)]
+    c = claim_of(_snapshot(pools, 100), name="x", owner="o", priority=1)
+    assert (c.min_cpus, c.min_gpus) == (1.0 + 1.0 + 2.0, 0.5 + 1.0)  # one task at a time; each pool's min_size
+    assert c.max_cpus is None and c.max_gpus == pytest.approx(6.0)  # a task operator may take any CPUs
+    actors_only = claim_of(_snapshot(pools[1:3], 100), name="x", owner="o", priority=0)
+    assert actors_only.max_cpus == pytest.approx(12.0) and actors_only.max_gpus == pytest.approx(6.0)
+
+
+def test_no_claim_starves_the_others_floors_count_up_to_an_equal_share():
+    s = _state()
+    greedy, _, _ = s.register(Claim(name="greedy", min_cpus=12, min_gpus=4), 0.0)
+    modest, _, _ = s.register(Claim(name="modest", min_cpus=2, min_gpus=1), 0.1)
+    assert s.runs[modest].budget.cpus >= 2.0 and s.runs[modest].budget.gpus >= 1.0
+
+
+def test_a_driver_flooding_registrations_stays_within_its_owners_quota():
+    s = _state(quotas={"flood": (4.0, 1.0)})
+    other, _, _ = s.register(Claim(name="other", owner="ana", min_cpus=1), 0.0)
+    for i in range(10):
+        s.register(Claim(name=f"f{i}", owner="flood", min_cpus=1, min_gpus=0.5), 0.1 * i)
+    flood = [e.budget for e in s.runs.values() if e.claim.owner == "flood"]
+    assert sum(b.cpus for b in flood) <= 4.0 + 1e-9 and sum(b.gpus for b in flood) <= 1.0 + 1e-9
+    assert s.runs[other].budget.cpus >= 8.0 - 1e-9
+
+
+def test_a_run_slowed_down_to_the_bound_is_served_first_and_not_shrunk():
+    for bound, first in ((None, "short"), (2.0, "long")):
+        s = _state(preemption="eager", max_slowdown=bound)
+        a, ta, _ = s.register(Claim(name="long", min_cpus=2), 0.0)
+        for t in range(1, 6):
+            _beat(s, a, ta, 100 * t, 100_000, float(t))  # 100 rows/s alone
+        b, tb, _ = s.register(Claim(name="short", min_cpus=2), 5.0)
+        for t in range(6, 30):  # shrunk to its floor, the long run crawls: 10 rows/s
+            _beat(s, a, ta, 500 + 10 * (t - 5), 100_000, float(t))
+            _beat(s, b, tb, 100 * (t - 5), 100_000, float(t))
+        top = next(e for e in s.runs.values() if e.budget.rank == 0)
+        assert top.claim.name == first, bound
+        if bound is not None:
+            assert s.runs[a].slowdown(29.0) >= bound and "max_slowdown" in s.runs[a].budget.reason
+
+
+def test_priorities_as_ray_data_names_them():
+    from trident.autoscaler.config import AutoscaleConfig
+    from trident.core.errors import ConfigError
+
+    assert AutoscaleConfig(priority="HIGH").priority == 1 and AutoscaleConfig(priority="low").priority == -1
+    with pytest.raises(ConfigError, match="priority"):
+        AutoscaleConfig(priority="urgent")
+    with pytest.raises(ConfigError, match="owner"):
+        AutoscaleConfig(owner="  ")

@@ -1,0 +1,189 @@
+"""How the arbiter divides a cluster's CPUs and GPUs between the runs sharing it. Pure.
+
+Runs are ranked by their priority class (higher first), then by the job layer's policy (a
+``JOB_POLICIES`` order over the runs as queued jobs: ``srtf`` puts the run with the least
+predicted time left first, that is rows left over the best rate it has shown; see
+:func:`_left_for_rank` for a run not measured yet and for the one ranked first so far). Each run first gets its
+floor (the least that keeps it moving, at most an equal share of the cluster: no claim starves
+the others), in rank order; then, in rank order, as much more as it can use up to its claim's
+maximum and its owner's quota. With ``max_slowdown``, a run slowed down that much so far (time
+since it arrived over the time its rows done took at its best rate) comes first in its class and
+is not shrunk. A run alone on the cluster gets no cap
+at all (``Budget()``: it plans as if the arbiter did not exist).
+
+Preemption is a shrink, never a kill (a pipeline drains actors; no row is lost), and it is
+decided per run: ``eager`` shrinks whoever the order says; ``lazy`` keeps a run's budget when
+it will finish within ``payoff_s`` (or twice its re-warm) anyway, since the shrink cannot pay
+off; ``never`` keeps every run's budget, newcomers share what is left (Ray Data's own
+coordinator works so: first come, first reserved).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from trident.jobs.base import JOB_POLICIES, Job, JobView, SchedState
+
+PREEMPTION = ("lazy", "eager", "never")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one run may hold: ``cpus``/``gpus`` (``None``: no cap), its ``rank`` (0 first) and why."""
+
+    cpus: float | None = None
+    gpus: float | None = None
+    rank: int = 0
+    reason: str = "alone on the cluster: no cap"
+
+    def describe(self) -> str:
+        if self.cpus is None and self.gpus is None:
+            return "no cap"
+        return f"rank {self.rank + 1}: {_num(self.cpus)} CPUs, {_num(self.gpus)} GPUs"
+
+
+@dataclass(frozen=True)
+class Share:
+    """One run as the division sees it: its claim, arrival (s), predicted seconds left (``None``:
+    unknown), re-warm (s) and the budget it holds now (``None``: none yet)."""
+
+    run_id: str
+    claim: object
+    arrival_s: float
+    remaining_s: float | None
+    rewarm_s: float | None
+    held: Budget | None
+    rows_left: float | None = None
+    """Input rows it has left (``None``: not known)."""
+    rate: float | None = None
+    """The best rate it has shown, rows/s (``None``: none yet)."""
+    slowdown: float | None = None
+    """Its slowdown so far: seconds since it arrived over what its rows done took at its best rate,
+    its first rows' wait included (``None``: no rate yet)."""
+
+
+def rank(shares: list[Share], *, policy: str, now: float, seed: int = 0, max_slowdown: float | None = None,
+         incumbent_credit_s: float = 0.0) -> list[Share]:
+    """``shares`` in rank order: priority class first, then the runs slowed down to ``max_slowdown``
+    (most slowed first), then ``policy``'s order (runs it leaves out follow by arrival); see
+    :func:`_left_for_rank` for the time left the policy sees."""
+    views = []
+    rates = sorted(s.rate for s in shares if s.rate)
+    prior = rates[len(rates) // 2] if rates else None
+    for s in shares:
+        left = max(_left_for_rank(s, prior, incumbent_credit_s if len(shares) > 1 else 0.0), 1e-6)
+        job = Job(job_id=s.run_id, arrival_s=max(s.arrival_s, 0.0), duration_s=left,
+                  num_gpus=_job_gpus(s.claim.min_gpus), priority=s.claim.priority, user=s.claim.owner)
+        views.append(JobView(job=job, running=False, as_of_s=now, wait_base_s=now - s.arrival_s,
+                             attained_base_s=now - s.arrival_s, remaining_base_s=left))
+    state = SchedState(now=now, queued=views, running={}, total_gpus_by_model={}, free_gpus_by_model={},
+                       queue_length=len(views))
+    ordered = list(JOB_POLICIES.create(policy).order(state, np.random.default_rng(seed)))
+    by_id = {s.run_id: s for s in shares}
+    ordered = [r for r in ordered if r in by_id]
+    ordered += [s.run_id for s in sorted(shares, key=lambda s: (s.arrival_s, s.run_id)) if s.run_id not in ordered]
+    position = {r: i for i, r in enumerate(ordered)}
+    slowed = {s.run_id: -s.slowdown for s in shares if _slowed(s, max_slowdown)}
+    return sorted(shares, key=lambda s: (-s.claim.priority, slowed.get(s.run_id, 0.0), position[s.run_id]))
+
+
+def _left_for_rank(s: Share, prior: float | None, incumbent_credit_s: float) -> float:
+    """The time left the policy orders by: a run not measured yet counts its rows left at the median
+    rate of the runs measured (none measured: nothing left, so a newcomer is served first until its
+    first seconds say how long it is); the run ranked first so far counts ``incumbent_credit_s``
+    less, since taking its place costs a shrink and a re-warm (no flapping between equals)."""
+    left = s.remaining_s
+    if left is None:
+        left = s.rows_left / prior if s.rows_left is not None and prior else 0.0
+    if s.held is not None and s.held.rank == 0:
+        left -= incumbent_credit_s
+    return left
+
+
+def _slowed(s: Share, max_slowdown: float | None) -> bool:
+    return max_slowdown is not None and s.slowdown is not None and s.slowdown >= max_slowdown
+
+
+def _job_gpus(gpus: float) -> float:
+    """The GPUs a run counts as for the job layer's policies: its GPU floor, a CPU-only run as one."""
+    if gpus <= 0:
+        return 1.0
+    return gpus if gpus < 1 else float(math.ceil(gpus))
+
+
+def divide(shares: list[Share], *, cpus: float, gpus: float, policy: str = "srtf", preemption: str = "lazy",
+           quotas: dict[str, tuple[float, float]] | None = None, payoff_s: float = 10.0, now: float = 0.0,
+           seed: int = 0, max_slowdown: float | None = None) -> dict[str, Budget]:
+    """Every run's budget (see the module's docstring)."""
+    quotas = quotas or {}
+    if len(shares) == 1 and shares[0].claim.owner not in quotas:
+        return {shares[0].run_id: Budget()}
+    ranked = rank(shares, policy=policy, now=now, seed=seed, max_slowdown=max_slowdown, incumbent_credit_s=payoff_s)
+    left = [cpus, gpus]
+    owner_left = {o: list(q) for o, q in quotas.items()}
+    give: dict[str, list[float]] = {}
+    fair = (cpus / len(shares), gpus / len(shares))
+    for s in ranked:  # floors first, in rank order, each at most an equal share of the cluster
+        give[s.run_id] = [_take(left, owner_left, s, i, min(s.claim.min_cpus if i == 0 else s.claim.min_gpus, fair[i]))
+                          for i in (0, 1)]
+    kept = [s for s in ranked if _keeps(s, preemption, payoff_s) or _slowed(s, max_slowdown)]
+    for s, held_only in [(s, True) for s in kept] + [(s, False) for s in ranked]:
+        for i in (0, 1):  # what kept runs hold first, then more for every run in rank order
+            want = _want(s, i, cpus if i == 0 else gpus, held_only)
+            give[s.run_id][i] += _take(left, owner_left, s, i, want - give[s.run_id][i])
+    kept_ids = {s.run_id for s in kept}
+    out = {}
+    for n, s in enumerate(ranked):
+        c, g = give[s.run_id]
+        out[s.run_id] = Budget(cpus=round(c, 6), gpus=round(g, 6), rank=n, reason=_why(
+            s, n, len(ranked), policy, s.run_id in kept_ids, preemption, _slowed(s, max_slowdown)))
+    return out
+
+
+def _keeps(s: Share, preemption: str, payoff_s: float) -> bool:
+    """Whether ``s`` keeps what it holds before the others are served."""
+    if preemption == "eager" or s.held is None:
+        return False
+    if preemption == "never":
+        return True
+    bound = max(payoff_s, 2 * (s.rewarm_s or 0.0))
+    return s.remaining_s is not None and s.remaining_s <= bound
+
+
+def _want(s: Share, i: int, total: float, held_only: bool) -> float:
+    """What ``s`` may hold of resource ``i`` (0 CPUs, 1 GPUs): its maximum, or no more than it holds."""
+    most = s.claim.max_cpus if i == 0 else s.claim.max_gpus
+    most = total if most is None else most
+    if held_only:
+        held = s.held.cpus if i == 0 else s.held.gpus
+        return min(most, total if held is None else held)
+    return most
+
+
+def _take(left: list[float], owner_left: dict[str, list[float]], s: Share, i: int, amount: float) -> float:
+    """Up to ``amount`` of resource ``i`` from what is left (and from the owner's quota)."""
+    room = left[i]
+    quota = owner_left.get(s.claim.owner)
+    if quota is not None:
+        room = min(room, quota[i])
+    got = max(0.0, min(amount, room))
+    left[i] -= got
+    if quota is not None:
+        quota[i] -= got
+    return got
+
+
+def _why(s: Share, n: int, runs: int, policy: str, kept: bool, preemption: str, slowed: bool) -> str:
+    left = "time left unknown" if s.remaining_s is None else f"{s.remaining_s:.0f} s left"
+    if slowed:
+        return f"rank {n + 1} of {runs}: slowed down {s.slowdown:.1f}x, at the bound (max_slowdown)"
+    if kept:
+        return (f"keeps its budget: {left}, a shrink cannot pay off ({preemption})" if preemption == "lazy"
+                else "keeps its budget (preemption never)")
+    return f"rank {n + 1} of {runs} by priority {s.claim.priority}, then {policy} ({left})"
+
+
+def _num(x: float | None) -> str:
+    return "any" if x is None else f"{x:g}"

@@ -1,0 +1,193 @@
+"""A run's seat at the cluster's arbiter (:mod:`trident.jobs.arbiter`).
+
+A daemon thread of the ``trident.autoscale`` block: once the run's first snapshot is taken it
+finds (or creates) the arbiter, registers the run (its least and most CPUs and GPUs read from
+its operators), then every heartbeat sends its progress (input rows done and in all) and
+applies the budget it gets back (:attr:`trident.autoscaler.api.Run.share`, which the shim
+turns into Ray Data's limits). The arbiter never stops a run: one it cannot reach leaves the
+run alone (said once, as a warning), one that stops answering leaves the run its last budget,
+and one that restarted is registered with again.
+"""
+from __future__ import annotations
+
+import getpass
+import os
+import sys
+import threading
+from typing import Any
+
+from trident.core.types import Snapshot
+from trident.jobs.arbiter.divide import Budget
+from trident.jobs.arbiter.state import Claim, Progress, Refused
+from trident.report.record import Event
+
+CALL_TIMEOUT_S = 10.0
+"""Seconds a message to the arbiter may take before the run goes on without its answer."""
+
+
+def progress_of(snap: Snapshot, rewarm_s: float | None = None) -> Progress:
+    """Input rows done and in all, in the first operator's output rows (what ``input_rows_total``
+    counts): the rows the last operator has taken in, over the selectivity of the operators between."""
+    ops = [o for o in snap.operators if o.config.kind != "other"]
+    total = snap.input_rows_total
+    if not ops or total is None:
+        return Progress(rewarm_s=rewarm_s)
+    last = ops[-1]
+    if last.completed:
+        done = float(total)
+    elif len(ops) == 1:
+        done = float(last.rows_out_total)
+    else:
+        done = float(_rows_in(last))
+        for o in ops[1:-1]:  # each operator between turns its rows in into rows out
+            if _rows_in(o) and o.rows_out_total:
+                done *= _rows_in(o) / o.rows_out_total
+    return Progress(rows_done=min(float(total), done), rows_total=float(total), rewarm_s=rewarm_s)
+
+
+def _rows_in(op) -> int:
+    return op.rows_in_done_total if op.rows_in_done_total is not None else op.rows_in_total
+
+
+def claim_of(snap: Snapshot, *, name: str, owner: str, priority: int) -> Claim:
+    """The run's claim: at least each pool's ``min_size`` of actors and one task at a time (Ray Data
+    runs its task operators' tasks within the CPUs it is given, one after another if need be); at
+    most its pools' maximum (no CPU bound where a task operator may take any)."""
+    min_cpus = min_gpus = task_cpus = 0.0
+    max_cpus: float | None = 0.0
+    max_gpus: float | None = 0.0
+    for o in snap.operators:
+        c = o.config
+        if c.kind == "task":
+            task_cpus = max(task_cpus, c.num_cpus)
+            max_cpus = None
+        elif c.kind == "actor":
+            floor, most = max(c.min_replicas or 0, 1), c.max_replicas
+            min_cpus += c.num_cpus * floor
+            min_gpus += c.num_gpus * floor
+            if max_cpus is not None:
+                max_cpus = None if most is None or most >= 10**6 else max_cpus + c.num_cpus * most
+            if max_gpus is not None:
+                max_gpus = None if most is None or most >= 10**6 else max_gpus + c.num_gpus * most
+    cluster = snap.cluster
+    min_cpus += task_cpus
+    return Claim(name=name, owner=owner, kind="pipeline", priority=priority, min_cpus=min(min_cpus, cluster.cpus),
+                 min_gpus=min(min_gpus, cluster.gpus), max_cpus=max_cpus, max_gpus=max_gpus)
+
+
+def default_name() -> str:
+    """The driver's script and process id, e.g. ``curate_pdfs.py:4242``."""
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+    return f"{script or 'python'}:{os.getpid()}"
+
+
+def join(run: Any) -> "ArbiterLink":
+    """Seat ``run`` (a :class:`trident.autoscaler.api.Run`) at the cluster's arbiter: start its link."""
+    c = run.config
+    link = ArbiterLink(run, name=c.name, owner=c.owner, priority=c.priority, heartbeat_s=max(0.5, c.interval_s))
+    link.start()
+    return link
+
+
+class ArbiterLink:
+    """This run's registration, kept alive by a daemon thread every ``heartbeat_s`` seconds."""
+
+    def __init__(self, run: Any, *, name: str | None, owner: str | None, priority: int, heartbeat_s: float) -> None:
+        self.run = run
+        self.name = name or default_name()
+        self.owner = owner if owner is not None else _user()
+        self.priority = priority
+        self.heartbeat_s = heartbeat_s
+        self.handle: Any = None
+        self.run_id: str | None = None
+        self.token: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="trident-arbiter-link", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Leave the arbiter (the budget goes to the others) and end the thread."""
+        self._stop.set()
+        self._thread.join(timeout=CALL_TIMEOUT_S + 1)
+
+    def _main(self) -> None:
+        unreachable = False
+        while not self._stop.wait(self.heartbeat_s):
+            snap = self._latest()
+            if snap is None:
+                continue
+            try:
+                self._beat(snap)
+                unreachable = False
+            except Refused as err:
+                if self.run_id is None:  # the arbiter will not take this run: it runs alone
+                    self._say("arbiter_refused", f"the arbiter refused this run ({err}); it runs alone")
+                    return
+                self._say("arbiter", f"the arbiter lost this run ({err}); registering again")
+                self.run_id = None
+            except Exception as err:  # unreachable, timed out, or dead: keep the last budget
+                if self.handle is None:
+                    self._say("arbiter_unreachable", f"no arbiter reached ({err!r}); this run plans alone")
+                    return
+                if not unreachable:
+                    keeps = "keeps its budget" if self.run_id is not None else "plans alone until it does"
+                    self._say("arbiter", f"the arbiter did not answer ({err!r}); the run {keeps}")
+                unreachable = True
+        self._leave()
+
+    def _beat(self, snap: Snapshot) -> None:
+        import ray
+
+        from trident.jobs.arbiter.actor import start
+
+        if self.handle is None:
+            self.handle = start()
+        progress = progress_of(snap, self.run.rewarm_s)
+        if self.run_id is None:
+            claim = claim_of(snap, name=self.name, owner=self.owner, priority=self.priority)
+            self.run_id, self.token, budget = ray.get(self.handle.register.remote(claim, progress),
+                                                      timeout=CALL_TIMEOUT_S)
+            self._say("arbiter", f"joined the cluster's arbiter as {self.run_id} (at least {claim.min_cpus:g} "
+                                 f"CPUs, {claim.min_gpus:g} GPUs)")
+        else:
+            budget = ray.get(self.handle.update.remote(self.run_id, self.token, progress), timeout=CALL_TIMEOUT_S)
+        self._apply(budget)
+
+    def _apply(self, budget: Budget) -> None:
+        share = None if budget.cpus is None and budget.gpus is None else budget
+        was = self.run.share
+        if (share and (share.cpus, share.gpus)) != (was and (was.cpus, was.gpus)):
+            self._say("arbiter_budget", budget.describe() + f": {budget.reason}")
+        self.run.share = share
+
+    def _leave(self) -> None:
+        if self.run_id is None or self.handle is None:
+            return
+        import ray
+
+        try:
+            ray.get(self.handle.leave.remote(self.run_id, self.token), timeout=CALL_TIMEOUT_S)
+        except Exception:  # lapses on its own
+            pass
+        self.run.share = None
+
+    def _latest(self) -> Snapshot | None:
+        for rec in reversed(self.run.record.executions):
+            if rec.snapshots:
+                return rec.snapshots[-1]
+        return None
+
+    def _say(self, kind: str, text: str) -> None:
+        with self.run._lock:
+            self.run.record.events.append(Event(self.run._now_s(), kind, text))
+        if kind in ("arbiter_refused", "arbiter_unreachable"):
+            self.run._warn_once(kind, text)
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return ""
