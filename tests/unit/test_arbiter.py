@@ -63,6 +63,15 @@ def test_priority_classes_come_before_the_policy_and_quotas_hold_whatever_is_cla
     assert s.runs[b].budget.cpus == pytest.approx(11.0)
 
 
+def test_numbers_of_any_real_type_are_taken():
+    import numpy as np
+
+    s = _state()
+    a, ta, _ = s.register(Claim(name="np", min_cpus=np.int64(2), min_gpus=np.float32(0.5)), 0.0)
+    s.update(a, ta, Progress(rows_done=np.int64(3), rows_total=np.float64(10)), 1.0)
+    assert s.runs[a].progress.rows_done == 3
+
+
 def test_a_run_alone_under_a_quota_is_capped():
     s = _state(quotas={"bob": (2.0, 0.0)})
     _, _, budget = s.register(Claim(name="x", owner="bob", min_cpus=1), 0.0)
@@ -76,6 +85,9 @@ def test_a_run_alone_under_a_quota_is_capped():
     (Claim(name="kind", kind="batch"), "kind"),
     (Claim(name=""), "name"),
     ("not a claim", "Claim"),
+    (Claim(name="p", priority="high"), "priority"),
+    (Claim(name="o", owner=None), "owner"),
+    (Claim(name="inf", max_cpus=float("inf")), "max_cpus"),
 ])
 def test_bad_claims_are_refused_named_and_change_nothing(claim, why):
     s = _state()
@@ -97,6 +109,8 @@ def test_a_run_changes_only_its_own_registration():
         s.update("nobody", ta, Progress(), 1.0)
     with pytest.raises(Refused, match="rows_done"):
         s.update(a, ta, Progress(rows_done=-3), 1.0)
+    with pytest.raises(Refused, match="wrong token"):
+        s.update(a, "tökén", Progress(), 1.0)
     assert s.runs[a].__dict__ == before and a in s.runs
 
 
@@ -110,7 +124,7 @@ def test_the_rate_is_measured_over_a_window_and_unknown_until_rows_move():
         _beat(s, a, ta, 50 * (t - 4) if t < 20 else 800 + 10 * (t - 20), 1000, float(t))
     assert s.runs[a].rate == pytest.approx(10.0)  # the last 10 s only
     assert s.runs[a].peak_rate == pytest.approx(50.0)
-    _beat(s, a, ta, 5, 1000, 34.0)  # a new execution of the run starts from its first rows
+    s.update(a, ta, Progress(rows_done=5, rows_total=1000, execution="second"), 34.0)  # starts anew
     assert s.runs[a].rate is None and s.runs[a].remaining_s() is None
 
 
@@ -127,10 +141,26 @@ def test_a_silent_run_lapses_and_its_budget_returns():
         s.update(b, tb, Progress(), 6.5)
 
 
-def test_floors_that_overfill_the_cluster_share_it_equally():
-    shares = [Share(f"r{i}", Claim(name=f"r{i}", min_cpus=5), float(i), None, None, None) for i in range(3)]
-    out = divide(shares, cpus=12, gpus=0, policy="fifo", preemption="eager")
-    assert [out[f"r{i}"].cpus for i in range(3)] == [pytest.approx(4.0)] * 3
+def test_equal_floors_that_overfill_the_cluster_are_served_whole_in_rank_order():
+    shares = [Share(f"r{i}", Claim(name=f"r{i}", min_gpus=1), float(i), None, None, None) for i in range(5)]
+    out = divide(shares, cpus=0, gpus=4, policy="fifo", preemption="eager")
+    assert [out[f"r{i}"].gpus for i in range(5)] == [1.0, 1.0, 1.0, 1.0, 0.0]  # whole GPUs; the last waits
+
+
+def test_an_idle_run_between_datasets_holds_nothing():
+    busy = Share("busy", Claim(name="busy", min_cpus=2), 1.0, 100.0, None, Budget(cpus=4, gpus=0, rank=1))
+    idle = Share("idle", Claim(name="idle", min_cpus=2), 0.0, 0.0, None, Budget(cpus=8, gpus=0, rank=0), idle=True)
+    out = divide([busy, idle], cpus=12, gpus=0)
+    assert out["busy"].rank == 0 and out["busy"].cpus == 12 and out["idle"].cpus == 0
+    assert "idle" in out["idle"].reason
+
+
+def test_a_run_of_unknown_size_counts_the_median_time_left():
+    known = [Share(f"k{i}", Claim(name=f"k{i}"), 0.0, left, None, None, rows_left=left * 10, rate=10.0)
+             for i, left in enumerate((10.0, 50.0, 90.0))]
+    unknown = Share("unknown", Claim(name="unknown"), 0.0, None, None, None)
+    order = [s.run_id for s in rank(known + [unknown], policy="srtf", now=1.0)]
+    assert order.index("unknown") in (1, 2) and order[0] == "k0" and order[-1] == "k2"
 
 
 def test_a_newcomer_is_ranked_by_its_rows_at_the_others_rate_and_the_first_keeps_its_place_among_equals():
@@ -215,6 +245,9 @@ def test_a_claim_asks_one_replica_of_each_operator_at_least_and_the_pools_maxima
     assert c.max_cpus is None and c.max_gpus == pytest.approx(6.0)  # a task operator may take any CPUs
     actors_only = claim_of(_snapshot(pools[1:3], 100), name="x", owner="o", priority=0)
     assert actors_only.max_cpus == pytest.approx(12.0) and actors_only.max_gpus == pytest.approx(6.0)
+    gpu_task = claim_of(_snapshot([("Read", "task", 0, 0, 1.0), ("Caption", "task", 0, 0, 1.0, 1.0)], 100),
+                        name="x", owner="o", priority=0)
+    assert gpu_task.min_gpus == 1.0 and gpu_task.max_gpus is None  # a GPU task operator: one task's GPU at least
 
 
 def test_no_claim_starves_the_others_floors_count_up_to_an_equal_share():

@@ -381,9 +381,9 @@ class ExecutionShim:
                 if pool.current_size() > 0:
                     resize(pool, size=pool.current_size(), target=0, budget=None, reason="consumed all inputs")
                 continue
-            if self._ray_drives(op):
+            if self._ray_drives(op) and clamp.get(op, pool.current_size()) >= pool.current_size():
                 pool.scale(self.autoscaler.stock._derive_target_scaling_config(pool, op, state))
-                continue
+                continue  # Ray's rule scales within Ray Data's limits; a lowered budget drains below
             target = min(self._pool_target(op, pool), clamp.get(op, pool.max_size()))
             drained, released = drive_to(pool, target=target, budget=None, reason="trident pool target", starts=grant)
             if drained or released:
@@ -435,13 +435,13 @@ class ExecutionShim:
         from trident.autoscaler.shim.budget import Limits, describe, fit_to_budget, lowest
 
         now = self.now_s()
-        gpu_pools, cpu_pools, task_cpus = {}, {}, 0.0
+        gpu_pools, cpu_pools, task = {}, {}, [0.0, 0.0]
         for op, kind in self.kinds.items():
             if op.has_completed() or kind not in ("actor", "task"):
                 continue
             config = self.builder.config(op)
-            if kind == "task":
-                task_cpus += config.num_cpus
+            if kind == "task":  # room for one task at a time (as the arbiter's claim counts it)
+                task = [max(task[0], config.num_cpus), max(task[1], config.num_gpus)]
                 continue
             pool = op.get_autoscaling_actor_pools()[0]
             if config.num_cpus > 0:
@@ -460,10 +460,10 @@ class ExecutionShim:
             self.limits = Limits(self.executor._resource_manager)
         if self.limits.apply(cpus, gpus):
             self._event("budget", "budget lifted" if cpus is None and gpus is None else describe(cpus, gpus))
-        clamp = {} if gpus is None else fit_to_budget(gpu_pools, gpus)
+        clamp = {} if gpus is None else fit_to_budget(gpu_pools, max(0.0, gpus - task[1]))
         if cpus is not None:
             cpu_pools = {op: (min(t, clamp.get(op, t)), c, lo) for op, (t, c, lo) in cpu_pools.items()}
-            clamp.update(fit_to_budget(cpu_pools, cpus - task_cpus))
+            clamp.update(fit_to_budget(cpu_pools, max(0.0, cpus - task[0])))
         for op, want in clamp.items():
             if want < self._pool_target(op, op.get_autoscaling_actor_pools()[0]) and self.budget_clamp.get(op) != want:
                 self._action(now, self.names.by_op[op], "budget",

@@ -3,24 +3,25 @@
 Runs are ranked by their priority class (higher first), then by the job layer's policy (a
 ``JOB_POLICIES`` order over the runs as queued jobs: ``srtf`` puts the run with the least
 predicted time left first, that is rows left over the best rate it has shown; see
-:func:`_left_for_rank` for a run not measured yet and for the one ranked first so far). Each run first gets its
-floor (the least that keeps it moving, at most an equal share of the cluster: no claim starves
-the others), in rank order; then, in rank order, as much more as it can use up to its claim's
-maximum and its owner's quota. With ``max_slowdown``, a run slowed down that much so far (time
-since it arrived over the time its rows done took at its best rate) comes first in its class and
-is not shrunk. A run alone on the cluster gets no cap
-at all (``Budget()``: it plans as if the arbiter did not exist).
+:func:`_left_for_rank` for a run not measured yet, one of unknown size, an idle one and the one
+ranked first so far). Each run first gets its floor (the least that keeps it moving; see
+:func:`_floor_cap`), in rank order; then, in rank order, as much more as it can use up to its
+claim's maximum and its owner's quota. With ``max_slowdown``, a run slowed down that much so far
+(time since it arrived over the time its rows done took at its best rate) comes first in its
+class and is not shrunk. A run alone on the cluster gets no cap at all (``Budget()``: it plans as
+if the arbiter did not exist).
 
 Preemption is a shrink, never a kill (a pipeline drains actors; no row is lost), and it is
 decided per run: ``eager`` shrinks whoever the order says; ``lazy`` keeps a run's budget when
 it will finish within ``payoff_s`` (or twice its re-warm) anyway, since the shrink cannot pay
-off; ``never`` keeps every run's budget, newcomers share what is left (Ray Data's own
-coordinator works so: first come, first reserved).
+off; ``never`` keeps every run's budget but for newcomers' floors, newcomers share what is left
+(Ray Data's own coordinator works so: first come, first reserved).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -59,19 +60,22 @@ class Share:
     """Input rows it has left (``None``: not known)."""
     rate: float | None = None
     """The best rate it has shown, rows/s (``None``: none yet)."""
+    idle: bool = False
+    """Between executions (the block runs no dataset now): no floor, served last."""
     slowdown: float | None = None
     """Its slowdown so far: seconds since it arrived over what its rows done took at its best rate,
     its first rows' wait included (``None``: no rate yet)."""
 
 
-def rank(shares: list[Share], *, policy: str, now: float, seed: int = 0, max_slowdown: float | None = None,
+def rank(shares: list[Share], *, policy: Any, now: float, seed: int = 0, max_slowdown: float | None = None,
          incumbent_credit_s: float = 0.0) -> list[Share]:
     """``shares`` in rank order: priority class first, then the runs slowed down to ``max_slowdown``
     (most slowed first), then ``policy``'s order (runs it leaves out follow by arrival); see
     :func:`_left_for_rank` for the time left the policy sees."""
     views = []
     rates = sorted(s.rate for s in shares if s.rate)
-    prior = rates[len(rates) // 2] if rates else None
+    lefts = sorted(s.remaining_s for s in shares if s.remaining_s is not None)
+    prior = (rates[len(rates) // 2] if rates else None, lefts[len(lefts) // 2] if lefts else 0.0)
     for s in shares:
         left = max(_left_for_rank(s, prior, incumbent_credit_s if len(shares) > 1 else 0.0), 1e-6)
         job = Job(job_id=s.run_id, arrival_s=max(s.arrival_s, 0.0), duration_s=left,
@@ -80,7 +84,8 @@ def rank(shares: list[Share], *, policy: str, now: float, seed: int = 0, max_slo
                              attained_base_s=now - s.arrival_s, remaining_base_s=left))
     state = SchedState(now=now, queued=views, running={}, total_gpus_by_model={}, free_gpus_by_model={},
                        queue_length=len(views))
-    ordered = list(JOB_POLICIES.create(policy).order(state, np.random.default_rng(seed)))
+    policy = JOB_POLICIES.create(policy) if isinstance(policy, str) else policy
+    ordered = list(policy.order(state, np.random.default_rng(seed)))
     by_id = {s.run_id: s for s in shares}
     ordered = [r for r in ordered if r in by_id]
     ordered += [s.run_id for s in sorted(shares, key=lambda s: (s.arrival_s, s.run_id)) if s.run_id not in ordered]
@@ -89,14 +94,19 @@ def rank(shares: list[Share], *, policy: str, now: float, seed: int = 0, max_slo
     return sorted(shares, key=lambda s: (-s.claim.priority, slowed.get(s.run_id, 0.0), position[s.run_id]))
 
 
-def _left_for_rank(s: Share, prior: float | None, incumbent_credit_s: float) -> float:
-    """The time left the policy orders by: a run not measured yet counts its rows left at the median
-    rate of the runs measured (none measured: nothing left, so a newcomer is served first until its
-    first seconds say how long it is); the run ranked first so far counts ``incumbent_credit_s``
-    less, since taking its place costs a shrink and a re-warm (no flapping between equals)."""
+def _left_for_rank(s: Share, prior: tuple[float | None, float], incumbent_credit_s: float) -> float:
+    """The time left the policy orders by. A run not measured yet counts its rows left at the median
+    rate of the runs measured (``prior[0]``; none measured: nothing left, so a newcomer is served
+    first until its first seconds say how long it is); one whose size is unknown counts the median
+    time left of the runs measured (``prior[1]``); an idle run counts as endless. The run ranked
+    first so far counts ``incumbent_credit_s`` less: taking its place costs a shrink and a re-warm
+    (no flapping between equals)."""
+    if s.idle:
+        return 1e12
     left = s.remaining_s
     if left is None:
-        left = s.rows_left / prior if s.rows_left is not None and prior else 0.0
+        rate, median_left = prior
+        left = (s.rows_left / rate if rate else 0.0) if s.rows_left is not None else median_left
     if s.held is not None and s.held.rank == 0:
         left -= incumbent_credit_s
     return left
@@ -113,7 +123,7 @@ def _job_gpus(gpus: float) -> float:
     return gpus if gpus < 1 else float(math.ceil(gpus))
 
 
-def divide(shares: list[Share], *, cpus: float, gpus: float, policy: str = "srtf", preemption: str = "lazy",
+def divide(shares: list[Share], *, cpus: float, gpus: float, policy: Any = "srtf", preemption: str = "lazy",
            quotas: dict[str, tuple[float, float]] | None = None, payoff_s: float = 10.0, now: float = 0.0,
            seed: int = 0, max_slowdown: float | None = None) -> dict[str, Budget]:
     """Every run's budget (see the module's docstring)."""
@@ -124,10 +134,9 @@ def divide(shares: list[Share], *, cpus: float, gpus: float, policy: str = "srtf
     left = [cpus, gpus]
     owner_left = {o: list(q) for o, q in quotas.items()}
     give: dict[str, list[float]] = {}
-    fair = (cpus / len(shares), gpus / len(shares))
-    for s in ranked:  # floors first, in rank order, each at most an equal share of the cluster
-        give[s.run_id] = [_take(left, owner_left, s, i, min(s.claim.min_cpus if i == 0 else s.claim.min_gpus, fair[i]))
-                          for i in (0, 1)]
+    cap = [_floor_cap(shares, i, cpus if i == 0 else gpus) for i in (0, 1)]
+    for s in ranked:  # floors first, whole where they fit, in rank order
+        give[s.run_id] = [_take(left, owner_left, s, i, min(_floor(s, i), cap[i])) for i in (0, 1)]
     kept = [s for s in ranked if _keeps(s, preemption, payoff_s) or _slowed(s, max_slowdown)]
     for s, held_only in [(s, True) for s in kept] + [(s, False) for s in ranked]:
         for i in (0, 1):  # what kept runs hold first, then more for every run in rank order
@@ -138,8 +147,21 @@ def divide(shares: list[Share], *, cpus: float, gpus: float, policy: str = "srtf
     for n, s in enumerate(ranked):
         c, g = give[s.run_id]
         out[s.run_id] = Budget(cpus=round(c, 6), gpus=round(g, 6), rank=n, reason=_why(
-            s, n, len(ranked), policy, s.run_id in kept_ids, preemption, _slowed(s, max_slowdown)))
+            s, n, len(ranked), getattr(policy, "name", policy), s.run_id in kept_ids, preemption,
+            _slowed(s, max_slowdown)))
     return out
+
+
+def _floor(s: Share, i: int) -> float:
+    return 0.0 if s.idle else (s.claim.min_cpus if i == 0 else s.claim.min_gpus)
+
+
+def _floor_cap(shares: list[Share], i: int, total: float) -> float:
+    """The most of resource ``i`` one floor counts for: an equal share of the cluster or the (lower) median
+    floor, whichever is more. A claim far above the others' cannot starve them; equal claims that
+    overfill the cluster are served whole, in rank order (the last waits)."""
+    floors = sorted(_floor(s, i) for s in shares)
+    return max(total / len(shares), floors[(len(floors) - 1) // 2])
 
 
 def _keeps(s: Share, preemption: str, payoff_s: float) -> bool:
@@ -154,6 +176,8 @@ def _keeps(s: Share, preemption: str, payoff_s: float) -> bool:
 
 def _want(s: Share, i: int, total: float, held_only: bool) -> float:
     """What ``s`` may hold of resource ``i`` (0 CPUs, 1 GPUs): its maximum, or no more than it holds."""
+    if s.idle:
+        return 0.0
     most = s.claim.max_cpus if i == 0 else s.claim.max_gpus
     most = total if most is None else most
     if held_only:
@@ -177,6 +201,8 @@ def _take(left: list[float], owner_left: dict[str, list[float]], s: Share, i: in
 
 def _why(s: Share, n: int, runs: int, policy: str, kept: bool, preemption: str, slowed: bool) -> str:
     left = "time left unknown" if s.remaining_s is None else f"{s.remaining_s:.0f} s left"
+    if s.idle:
+        return f"rank {n + 1} of {runs}: idle between datasets"
     if slowed:
         return f"rank {n + 1} of {runs}: slowed down {s.slowdown:.1f}x, at the bound (max_slowdown)"
     if kept:

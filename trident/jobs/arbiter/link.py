@@ -14,6 +14,7 @@ import getpass
 import os
 import sys
 import threading
+from dataclasses import replace
 from typing import Any
 
 from trident.core.types import Snapshot
@@ -21,8 +22,9 @@ from trident.jobs.arbiter.divide import Budget
 from trident.jobs.arbiter.state import Claim, Progress, Refused
 from trident.report.record import Event
 
-CALL_TIMEOUT_S = 10.0
-"""Seconds a message to the arbiter may take before the run goes on without its answer."""
+CALL_TIMEOUT_S, LEAVE_TIMEOUT_S = 10.0, 2.0
+"""Seconds a message to the arbiter may take before the run goes on without its answer; leaving
+waits less (a run that cannot say it left lapses on its own)."""
 
 
 def progress_of(snap: Snapshot, rewarm_s: float | None = None) -> Progress:
@@ -51,28 +53,28 @@ def _rows_in(op) -> int:
 
 def claim_of(snap: Snapshot, *, name: str, owner: str, priority: int) -> Claim:
     """The run's claim: at least each pool's ``min_size`` of actors and one task at a time (Ray Data
-    runs its task operators' tasks within the CPUs it is given, one after another if need be); at
-    most its pools' maximum (no CPU bound where a task operator may take any)."""
-    min_cpus = min_gpus = task_cpus = 0.0
+    runs its task operators' tasks within what it is given, one after another if need be); at
+    most its pools' maximum (no bound on what a task operator may take)."""
+    min_cpus = min_gpus = task_cpus = task_gpus = 0.0
     max_cpus: float | None = 0.0
     max_gpus: float | None = 0.0
     for o in snap.operators:
         c = o.config
         if c.kind == "task":
-            task_cpus = max(task_cpus, c.num_cpus)
+            task_cpus, task_gpus = max(task_cpus, c.num_cpus), max(task_gpus, c.num_gpus)
             max_cpus = None
+            max_gpus = None if c.num_gpus > 0 else max_gpus
         elif c.kind == "actor":
             floor, most = max(c.min_replicas or 0, 1), c.max_replicas
             min_cpus += c.num_cpus * floor
             min_gpus += c.num_gpus * floor
-            if max_cpus is not None:
-                max_cpus = None if most is None or most >= 10**6 else max_cpus + c.num_cpus * most
-            if max_gpus is not None:
-                max_gpus = None if most is None or most >= 10**6 else max_gpus + c.num_gpus * most
+            bounded = most is not None and most < 10**6
+            max_cpus = max_cpus + c.num_cpus * most if bounded and max_cpus is not None else None
+            max_gpus = max_gpus + c.num_gpus * most if bounded and max_gpus is not None else None
     cluster = snap.cluster
-    min_cpus += task_cpus
-    return Claim(name=name, owner=owner, kind="pipeline", priority=priority, min_cpus=min(min_cpus, cluster.cpus),
-                 min_gpus=min(min_gpus, cluster.gpus), max_cpus=max_cpus, max_gpus=max_gpus)
+    return Claim(name=name, owner=owner, kind="pipeline", priority=priority,
+                 min_cpus=min(min_cpus + task_cpus, cluster.cpus), min_gpus=min(min_gpus + task_gpus, cluster.gpus),
+                 max_cpus=max_cpus, max_gpus=max_gpus)
 
 
 def default_name() -> str:
@@ -82,9 +84,11 @@ def default_name() -> str:
 
 
 def join(run: Any) -> "ArbiterLink":
-    """Seat ``run`` (a :class:`trident.autoscaler.api.Run`) at the cluster's arbiter: start its link."""
+    """Seat ``run`` (a :class:`trident.autoscaler.api.Run`) at the cluster's arbiter: start its link.
+    Its heartbeat is the run's ``interval_s``, within 0.5 to 5 s (well inside the arbiter's lapse)."""
     c = run.config
-    link = ArbiterLink(run, name=c.name, owner=c.owner, priority=c.priority, heartbeat_s=max(0.5, c.interval_s))
+    link = ArbiterLink(run, name=c.name, owner=c.owner, priority=c.priority,
+                       heartbeat_s=min(max(0.5, c.interval_s), 5.0))
     link.start()
     return link
 
@@ -101,6 +105,8 @@ class ArbiterLink:
         self.handle: Any = None
         self.run_id: str | None = None
         self.token: str | None = None
+        self._done: tuple[str, float] = ("", 0.0)
+        """(execution id, most rows done reported): progress never goes back within an execution."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._main, name="trident-arbiter-link", daemon=True)
 
@@ -108,24 +114,28 @@ class ArbiterLink:
         self._thread.start()
 
     def stop(self) -> None:
-        """Leave the arbiter (the budget goes to the others) and end the thread."""
+        """Leave the arbiter (the budget goes to the others) and end the thread; the run's cap is
+        lifted at once (a message still in flight is not applied)."""
         self._stop.set()
-        self._thread.join(timeout=CALL_TIMEOUT_S + 1)
+        self.run.share = None
+        self._thread.join(timeout=LEAVE_TIMEOUT_S + 1)
 
     def _main(self) -> None:
         unreachable = False
         while not self._stop.wait(self.heartbeat_s):
-            snap = self._latest()
-            if snap is None:
+            latest = self._latest()
+            if latest is None:
                 continue
             try:
-                self._beat(snap)
+                self._beat(*latest)
                 unreachable = False
             except Refused as err:
+                why = getattr(err, "cause", err)  # raised in the actor: Ray wraps it, ``cause`` is ours
                 if self.run_id is None:  # the arbiter will not take this run: it runs alone
-                    self._say("arbiter_refused", f"the arbiter refused this run ({err}); it runs alone")
+                    self.run.share = None
+                    self._say("arbiter_refused", f"the arbiter refused this run ({why}); it runs alone")
                     return
-                self._say("arbiter", f"the arbiter lost this run ({err}); registering again")
+                self._say("arbiter", f"the arbiter lost this run ({why}); registering again")
                 self.run_id = None
             except Exception as err:  # unreachable, timed out, or dead: keep the last budget
                 if self.handle is None:
@@ -137,14 +147,14 @@ class ArbiterLink:
                 unreachable = True
         self._leave()
 
-    def _beat(self, snap: Snapshot) -> None:
+    def _beat(self, snap: Snapshot, idle: bool) -> None:
         import ray
 
         from trident.jobs.arbiter.actor import start
 
         if self.handle is None:
             self.handle = start()
-        progress = progress_of(snap, self.run.rewarm_s)
+        progress = self._progress(snap, idle)
         if self.run_id is None:
             claim = claim_of(snap, name=self.name, owner=self.owner, priority=self.priority)
             self.run_id, self.token, budget = ray.get(self.handle.register.remote(claim, progress),
@@ -155,7 +165,18 @@ class ArbiterLink:
             budget = ray.get(self.handle.update.remote(self.run_id, self.token, progress), timeout=CALL_TIMEOUT_S)
         self._apply(budget)
 
+    def _progress(self, snap: Snapshot, idle: bool) -> Progress:
+        """The heartbeat's progress: rows done never go back within one execution."""
+        p = replace(progress_of(snap, self.run.rewarm_s), execution=snap.execution_id, idle=idle)
+        if p.rows_done is not None:
+            best = self._done[1] if self._done[0] == snap.execution_id else 0.0
+            p = replace(p, rows_done=max(p.rows_done, best))
+            self._done = (snap.execution_id, p.rows_done)
+        return p
+
     def _apply(self, budget: Budget) -> None:
+        if self._stop.is_set():  # the block ended while the message was in flight
+            return
         share = None if budget.cpus is None and budget.gpus is None else budget
         was = self.run.share
         if (share and (share.cpus, share.gpus)) != (was and (was.cpus, was.gpus)):
@@ -168,18 +189,20 @@ class ArbiterLink:
         import ray
 
         try:
-            ray.get(self.handle.leave.remote(self.run_id, self.token), timeout=CALL_TIMEOUT_S)
+            ray.get(self.handle.leave.remote(self.run_id, self.token), timeout=LEAVE_TIMEOUT_S)
         except Exception:  # lapses on its own
             pass
-        self.run.share = None
 
-    def _latest(self) -> Snapshot | None:
+    def _latest(self) -> tuple[Snapshot, bool] | None:
+        """The last snapshot taken, and whether its execution has ended (the run is idle)."""
         for rec in reversed(self.run.record.executions):
             if rec.snapshots:
-                return rec.snapshots[-1]
+                return rec.snapshots[-1], rec.ended_at_s is not None
         return None
 
     def _say(self, kind: str, text: str) -> None:
+        if self._stop.is_set():  # the block ended: its record is closed
+            return
         with self.run._lock:
             self.run.record.events.append(Event(self.run._now_s(), kind, text))
         if kind in ("arbiter_refused", "arbiter_unreachable"):

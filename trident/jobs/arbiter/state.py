@@ -11,12 +11,14 @@ silent for ``lapse_s`` is removed and its budget returned. Budgets are divided b
 from __future__ import annotations
 
 import math
+import numbers
 import secrets
 from collections import deque
 from dataclasses import dataclass, field, replace
 
 from trident.core.errors import TridentError
 from trident.jobs.arbiter.divide import Budget, Share, divide
+from trident.jobs.base import JOB_POLICIES
 
 KINDS = ("pipeline", "training")
 RATE_WINDOW_S, RATE_MIN_SPAN_S = 10.0, 3.0
@@ -45,12 +47,16 @@ class Claim:
 
 @dataclass(frozen=True)
 class Progress:
-    """A run's heartbeat: rows done and in all (input rows; ``None``: not known), and the seconds a
-    shrink costs it to grow back (its actors' observed cold start; ``None``: not observed)."""
+    """A run's heartbeat: the execution it runs (its id; a new one starts its measurements anew),
+    rows done and in all (input rows; ``None``: not known), whether it is ``idle`` between
+    executions, and the seconds a shrink costs it to grow back (its actors' observed cold start;
+    ``None``: not observed)."""
 
     rows_done: float | None = None
     rows_total: float | None = None
     rewarm_s: float | None = None
+    execution: str = ""
+    idle: bool = False
 
 
 @dataclass
@@ -93,17 +99,25 @@ class Entry:
         return (now - self.arrival_s) / alone if alone > 0 else None
 
 
+def _number(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def check_claim(claim: Claim, cpus: float, gpus: float) -> None:
     """Raise :class:`Refused` naming what is wrong with ``claim`` on a cluster of ``cpus``/``gpus``."""
     if not isinstance(claim, Claim):
         raise Refused(f"a claim must be a trident Claim, got {type(claim).__name__}")
     if not claim.name or not isinstance(claim.name, str):
         raise Refused("a run needs a name")
+    if not isinstance(claim.owner, str):
+        raise Refused(f"owner={claim.owner!r}: expected a string")
+    if not isinstance(claim.priority, numbers.Integral) or isinstance(claim.priority, bool):
+        raise Refused(f"priority={claim.priority!r}: expected an integer")
     if claim.kind not in KINDS:
         raise Refused(f"kind {claim.kind!r} is not one of {', '.join(KINDS)}")
     for what, value in (("min_cpus", claim.min_cpus), ("min_gpus", claim.min_gpus),
                         ("max_cpus", claim.max_cpus), ("max_gpus", claim.max_gpus)):
-        if value is not None and (not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0):
+        if value is not None and (not _number(value) or value < 0):
             raise Refused(f"{what}={value!r}: expected a finite number >= 0")
     if claim.max_cpus is not None and claim.max_cpus < claim.min_cpus:
         raise Refused(f"max_cpus={claim.max_cpus} is below min_cpus={claim.min_cpus}")
@@ -119,8 +133,10 @@ def check_progress(progress: Progress) -> None:
         raise Refused(f"progress must be a trident Progress, got {type(progress).__name__}")
     for what, value in (("rows_done", progress.rows_done), ("rows_total", progress.rows_total),
                         ("rewarm_s", progress.rewarm_s)):
-        if value is not None and (not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0):
+        if value is not None and (not _number(value) or value < 0):
             raise Refused(f"{what}={value!r}: expected a finite number >= 0")
+    if not isinstance(progress.execution, str) or not isinstance(progress.idle, bool):
+        raise Refused("progress.execution must be a string and progress.idle a bool")
 
 
 @dataclass
@@ -128,12 +144,13 @@ class ArbiterState:
     """All runs sharing one cluster of ``cpus`` CPUs and ``gpus`` GPUs.
 
     ``policy``: the job layer's order within a priority class (a ``JOB_POLICIES`` name: ``"srtf"``
-    orders by predicted remaining time, ``"fifo"`` by arrival, ...). ``preemption``: ``"lazy"``
-    (a run is shrunk only where the shrink pays off: it has more than ``payoff_s`` left),
-    ``"eager"`` (budgets follow the order at once) or ``"never"`` (a run keeps what it was given;
-    newcomers share the rest). ``max_slowdown``: a run slowed down this much so far is served
-    first and not shrunk (``None``: no bound). ``quotas``: owner -> (CPUs, GPUs) the owner's runs hold at most,
-    whatever they claim. ``lapse_s``: a run silent this long is removed."""
+    orders by predicted remaining time, ``"fifo"`` by arrival, ...). ``preemption``: ``"lazy"`` (a
+    run is shrunk only where the shrink pays off: it has more than ``payoff_s``, or twice its
+    re-warm, left), ``"eager"`` (budgets follow the order at once) or ``"never"`` (a run keeps what
+    it was given but for newcomers' floors; newcomers share the rest). ``max_slowdown``: a run
+    slowed down this much so far is served first and not shrunk (``None``: no bound).
+    ``quotas``: owner -> (CPUs, GPUs) the owner's runs hold at most, whatever they claim.
+    ``lapse_s``: a run silent this long is removed."""
 
     cpus: float
     gpus: float
@@ -149,17 +166,28 @@ class ArbiterState:
     decisions: deque = field(default_factory=lambda: deque(maxlen=200))
     divided_s: float = -math.inf
 
+    def __post_init__(self) -> None:
+        self._order = JOB_POLICIES.create(self.policy)
+        """The job layer's policy object, kept across divisions (a policy may learn)."""
+
     def register(self, claim: Claim, now: float, *, progress: Progress | None = None) -> tuple[str, str, Budget]:
         """Add a run: returns its id, its token (keep it: only it changes the registration) and its budget."""
         check_claim(claim, self.cpus, self.gpus)
         if progress is not None:
             check_progress(progress)
         run_id = f"{claim.name}-{secrets.token_hex(3)}"
+        while run_id in self.runs:
+            run_id = f"{claim.name}-{secrets.token_hex(3)}"
         token = secrets.token_hex(16)
         self.runs[run_id] = Entry(run_id, token, claim, arrival_s=now, seen_s=now, progress=progress or Progress())
+        try:
+            self.divide(now)
+        except Exception as err:  # a claim the division cannot take changes nothing
+            del self.runs[run_id]
+            self.divide(now)
+            raise Refused(f"the claim could not be divided: {err!r}") from None
         self._note(now, f"{run_id} registered ({claim.kind} of {claim.owner or 'no owner'}, "
                         f"priority {claim.priority})")
-        self.divide(now)
         return run_id, token, self.runs[run_id].budget
 
     def update(self, run_id: str, token: str, progress: Progress, now: float) -> Budget:
@@ -201,9 +229,9 @@ class ArbiterState:
         self.divided_s = now
         shares = [Share(run_id=e.run_id, claim=e.claim, arrival_s=e.arrival_s, remaining_s=e.remaining_s(),
                         rewarm_s=e.progress.rewarm_s, held=e.budget, rows_left=e.rows_left(),
-                        rate=e.peak_rate, slowdown=e.slowdown(now))
+                        rate=e.peak_rate, idle=e.progress.idle, slowdown=e.slowdown(now))
                   for e in self.runs.values()]
-        budgets = divide(shares, cpus=self.cpus, gpus=self.gpus, policy=self.policy, preemption=self.preemption,
+        budgets = divide(shares, cpus=self.cpus, gpus=self.gpus, policy=self._order, preemption=self.preemption,
                          quotas=self.quotas, payoff_s=self.payoff_s, now=now, seed=self.seed,
                          max_slowdown=self.max_slowdown)
         for run_id, budget in budgets.items():
@@ -233,26 +261,26 @@ class ArbiterState:
         if entry is None:
             raise Refused(f"unknown run {run_id!r} (removed after {self.lapse_s:g} s without a heartbeat, "
                           "or the arbiter restarted): register again")
-        if not isinstance(token, str) or not secrets.compare_digest(token, entry.token):
+        if not isinstance(token, str) or not secrets.compare_digest(token.encode(), entry.token.encode()):
             raise Refused(f"wrong token for run {run_id!r}: a run changes only its own registration")
         return entry
 
     def _measure(self, entry: Entry, progress: Progress, now: float) -> None:
         entry.seen_s = now
+        if progress.execution != entry.progress.execution:  # a new execution of the run: start again
+            entry.points.clear()
+            entry.rate = entry.peak_rate = entry.first_rows_s = None
         if progress.rows_done is not None:
             points = entry.points
-            if points and progress.rows_done < points[-1][1]:  # a new execution of the run: start again
-                points.clear()
-                entry.rate = entry.peak_rate = entry.first_rows_s = None
-            if progress.rows_done > 0 and entry.first_rows_s is None:
-                entry.first_rows_s = now
             points.append((now, progress.rows_done))
             while len(points) > 2 and now - points[1][0] >= RATE_WINDOW_S:
                 points.popleft()
             (t0, r0), (t1, r1) = points[0], points[-1]
             if t1 - t0 >= RATE_MIN_SPAN_S:
-                entry.rate = (r1 - r0) / (t1 - t0)
+                entry.rate = max(0.0, r1 - r0) / (t1 - t0)
                 entry.peak_rate = max(entry.peak_rate or 0.0, entry.rate) or None
+            if progress.rows_done > 0 and entry.first_rows_s is None:
+                entry.first_rows_s = now
         entry.progress = replace(progress, rewarm_s=progress.rewarm_s if progress.rewarm_s is not None
                                  else entry.progress.rewarm_s)
 

@@ -58,14 +58,13 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         self.phases = Phases()
         self.bounds: dict[str, Bounds] = {}
         self.ceilings: dict[str, tuple[Bounds, float]] = {}
-        """Pools that could not reach a planned size: the most the planner may give them, and
-        since when (seconds); it holds ``ceiling_hold_s`` or until the data changes."""
+        """Pools that could not reach a planned size: the most the planner may give them, and since
+        when (s); it holds ``ceiling_hold_s``, until the data changes or the room does."""
         self.plan_seq = 0
         self.last_look_s: float | None = None
         self.last_plan_s: float | None = None
         self.replan_now = False
-        self.solve_failures = 0
-        """Solves in a row that found no plan (the next step looks again, with a longer limit)."""
+        self.solve_failures = 0  # solves in a row that found no plan (the next looks again, longer)
         self._regimes_seen = 0
         self.changed_ops: list[str] = []  # operators whose regime changed in this step
         self.predicted: tuple[tuple[str, float], ...] = ()
@@ -75,14 +74,13 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         """The last size the inner loop asked of each pool (the shim keeps a target until changed)."""
         self.held_back: dict[str, int] = {}
         """Sizes the inner loop asked for that the room held back (asked again while input waits)."""
-        self.looked_per_type = False
-        """Whether the planner's last look planned GPU pools per accelerator type."""
+        self.looked_per_type = False  # whether the planner's last look planned GPU pools per type
         self.finished_ops: set[str] = set()
         """Operators seen completed (each one's end frees what it held for the operators left)."""
         self.named: set[str] = set()
         """Operators some issued target has named (Ray's own rule no longer drives their pools)."""
-        self.pools: set[str] = set()
-        """The actor pools of the last snapshot."""
+        self.pools: set[str] = set()  # the actor pools of the last snapshot
+        self.room: tuple[float, float] | None = None  # (CPUs, GPUs) of the last snapshot's cluster
         self.check = PredictionCheck(shortfall=self.settings.mismatch_shortfall,
                                      windows=self.settings.mismatch_windows, window_s=self.settings.rate_window_s)
         """The last plan's prediction, checked against what comes out (:mod:`.check`)."""
@@ -156,18 +154,23 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         return notes
 
     def _finished(self, snap: Snapshot) -> list[str]:
-        """An operator that completed leaves its CPUs and GPUs to the operators left: the planner
-        looks again at once, past the dwell, instead of holding them at sizes planned beside it
-        (first try without the step: Detect finished at 8.4 s and Embed, the bottleneck, ran on
-        4 of the 8 GPU slots for the last 5 s, where Ray's rule grew it to its maximum of 6)."""
+        """An operator that completed leaves its CPUs and GPUs to the operators left, and a budget
+        given or lifted (the job layer's, the arbiter's) changes the room: the planner looks again at
+        once, past the dwell, instead of holding the pools at sizes planned for another room."""
         done = {o.name for o in snap.operators if o.completed and o.config.kind in ("task", "actor")}
         new = sorted(done - self.finished_ops)
         self.finished_ops |= done
-        if not new or not problem.plannable(snap):
+        room, was = (snap.cluster.cpus, snap.cluster.gpus), self.room
+        self.room = room
+        resized = was is not None and (abs(room[0] - was[0]) >= 1 or abs(room[1] - was[1]) >= 0.25)
+        if not (new or resized) or not problem.plannable(snap):
             return []
         self.replan_now, self.last_look_s = True, None
-        self.ceilings.clear()  # what blocked a size may have been the finished operator's
-        return [f"{', '.join(new)} finished: planning again for the operators left"]
+        self.ceilings.clear()  # what blocked a size may have been the finished operator's, or the room
+        if resized:
+            self.check.drop()  # the plan's prediction was made for another room
+        return ([f"{', '.join(new)} finished: planning again for the operators left"] if new else
+                [f"the room changed to {room[0]:g} CPUs, {room[1]:g} GPUs: planning again"])
 
     def _outer(self, snap: Snapshot, now: float, notes: list[str]) -> Decision:
         """Plan when due and not dwelling."""
@@ -216,10 +219,8 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         limited = self._retry_limit(prob)
         result = solve_placement(limited)
         if result.status == "failed":
-            # no plan found (the time limit passed first on a busy machine, or none exists): nothing is
-            # settled, the bounds and the inner loop stay, and the planner looks again at the next
-            # step, past the dwell, with a longer limit, ``solver_retries`` times - unless the solver
-            # proved that none exists (a longer limit cannot find one)
+            # no plan found: the bounds and the inner loop stay; the planner looks again at the next step
+            # with a longer limit, ``solver_retries`` times, unless the solver proved that none exists
             if result.infeasible:
                 self.solve_failures = 0
             else:
@@ -238,8 +239,7 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         targets = problem.targets(ops, result.allocation)
         tuner_before = self._tuner_state()
         targets, trial = self._fold_trial(snap, ops, prob, planning, result.allocation, targets)
-        # a current plan that breaks a bound (a cap learned from actors that could not be placed)
-        # cannot be kept: what it promises is no reason to keep it
+        # a current plan that breaks a bound (a cap learned from unplaceable actors) cannot be kept
         cur_t = (result.current_throughput_rows_per_s or 0.0) if result.current_valid else 0.0
         rollout_inputs_cold_starts = {o.name: estimates.cold_start_s(self.tracks[o.name], o, self.settings) for o in ops}
         used = [problem.used(o) for o in ops]
