@@ -76,7 +76,7 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("trident_arbiter_rows_per_s", "gauge", ARBITER_TAGS,
                "Input rows per second the arbiter measures of the run (over its last 10 s)."),
     MetricSpec("trident_arbiter_remaining_s", "gauge", ARBITER_TAGS,
-               "Seconds the run has left at the best rate it has shown, as the arbiter predicts them."),
+               "Seconds the run has left with the whole cluster at its least cost per row, as the arbiter predicts them."),
 )
 """Every series trident exports (Ray adds ``ray_`` before each name; a counter also gets ``_total``)."""
 

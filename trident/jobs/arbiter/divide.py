@@ -2,12 +2,12 @@
 
 Runs are ranked by their priority class (higher first), then by the job layer's policy (a
 ``JOB_POLICIES`` order over the runs as queued jobs: ``srtf`` puts the run with the least
-predicted time left first, that is rows left over the best rate it has shown; see
+predicted time left first: its rows left at its least cost per row, with the whole cluster; see
 :func:`_left_for_rank` for a run not measured yet, one of unknown size, an idle one and the one
 ranked first so far). Each run first gets its floor (the least that keeps it moving; see
 :func:`_floor_cap`), in rank order; then, in rank order, as much more as it can use up to its
 claim's maximum and its owner's quota. With ``max_slowdown``, a run slowed down that much so far
-(time since it arrived over the time its rows done took at its best rate) comes first in its
+(time since it arrived over the time its rows done take with the whole cluster) comes first in its
 class and is not shrunk. A run alone on the cluster gets no cap at all (``Budget()``: it plans as
 if the arbiter did not exist).
 
@@ -58,12 +58,12 @@ class Share:
     held: Budget | None
     rows_left: float | None = None
     """Input rows it has left (``None``: not known)."""
-    rate: float | None = None
-    """The best rate it has shown, rows/s (``None``: none yet)."""
+    cost: float | None = None
+    """Its least cost per row, cluster-seconds (``None``: none yet; see ``Entry.cost``)."""
     idle: bool = False
     """Between executions (the block runs no dataset now): no floor, served last."""
     slowdown: float | None = None
-    """Its slowdown so far: seconds since it arrived over what its rows done took at its best rate,
+    """Its slowdown so far: seconds since it arrived over what its rows done take with the whole cluster,
     its first rows' wait included (``None``: no rate yet)."""
 
 
@@ -73,9 +73,9 @@ def rank(shares: list[Share], *, policy: Any, now: float, seed: int = 0, max_slo
     (most slowed first), then ``policy``'s order (runs it leaves out follow by arrival); see
     :func:`_left_for_rank` for the time left the policy sees."""
     views = []
-    rates = sorted(s.rate for s in shares if s.rate)
+    costs = sorted(s.cost for s in shares if s.cost)
     lefts = sorted(s.remaining_s for s in shares if s.remaining_s is not None)
-    prior = (rates[len(rates) // 2] if rates else None, lefts[len(lefts) // 2] if lefts else 0.0)
+    prior = (costs[len(costs) // 2] if costs else None, lefts[len(lefts) // 2] if lefts else 0.0)
     for s in shares:
         left = max(_left_for_rank(s, prior, incumbent_credit_s if len(shares) > 1 else 0.0), 1e-6)
         job = Job(job_id=s.run_id, arrival_s=max(s.arrival_s, 0.0), duration_s=left,
@@ -96,7 +96,7 @@ def rank(shares: list[Share], *, policy: Any, now: float, seed: int = 0, max_slo
 
 def _left_for_rank(s: Share, prior: tuple[float | None, float], incumbent_credit_s: float) -> float:
     """The time left the policy orders by. A run not measured yet counts its rows left at the median
-    rate of the runs measured (``prior[0]``; none measured: nothing left, so a newcomer is served
+    cost of the runs measured (``prior[0]``; none measured: nothing left, so a newcomer is served
     first until its first seconds say how long it is); one whose size is unknown counts the median
     time left of the runs measured (``prior[1]``); an idle run counts as endless. The run ranked
     first so far counts ``incumbent_credit_s`` less: taking its place costs a shrink and a re-warm
@@ -105,8 +105,8 @@ def _left_for_rank(s: Share, prior: tuple[float | None, float], incumbent_credit
         return 1e12
     left = s.remaining_s
     if left is None:
-        rate, median_left = prior
-        left = (s.rows_left / rate if rate else 0.0) if s.rows_left is not None else median_left
+        cost, median_left = prior
+        left = (s.rows_left * cost if cost else 0.0) if s.rows_left is not None else median_left
     if s.held is not None and s.held.rank == 0:
         left -= incumbent_credit_s
     return left

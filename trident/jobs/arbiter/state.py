@@ -22,7 +22,7 @@ from trident.jobs.base import JOB_POLICIES
 
 KINDS = ("pipeline", "training")
 RATE_WINDOW_S, RATE_MIN_SPAN_S = 10.0, 3.0
-"""A run's rate is measured over its last 10 s of heartbeats, once they span 3 s."""
+"""A run's rate and cost are measured over its last 10 s of heartbeats, once they span 3 s."""
 
 
 class Refused(TridentError, ValueError):
@@ -71,31 +71,34 @@ class Entry:
     progress: Progress = field(default_factory=Progress)
     rate: float | None = None
     """Rows per second over the last ``RATE_WINDOW_S`` of heartbeats once they span ``RATE_MIN_SPAN_S``."""
-    peak_rate: float | None = None
-    """The best such rate of the run's current execution (``None`` until rows moved)."""
+    cost: float | None = None
+    """Cluster-seconds per row: over such a window, the share of the cluster the run held (its
+    larger share of CPUs or GPUs; 1 with no cap) times the seconds, over the rows done; the least
+    of the run's current execution (``None`` until rows moved). A run held small is not taken for
+    a long one: its rate is low, and so is its share."""
     first_rows_s: float | None = None
     """When its current execution's first rows were done (arbiter clock)."""
     points: deque = field(default_factory=deque)
-    """(time s, rows done) of the heartbeats within the rate's window."""
+    """(time s, rows done, share of the cluster held) of the heartbeats within the rate's window."""
     budget: Budget | None = None
     """The budget last given (``None``: none yet)."""
 
     def remaining_s(self) -> float | None:
-        """Seconds left at the best rate the run has shown (``None``: unknown): the work left, which
-        a shrink does not change, so a shrunk run does not fall behind in the order for being shrunk."""
+        """Seconds left with the whole cluster at its least cost per row (``None``: unknown): the work
+        left, which a shrink does not change, so a run held small does not fall behind for it."""
         left = self.rows_left()
-        return None if left is None or not self.peak_rate else left / self.peak_rate
+        return None if left is None or not self.cost else left * self.cost
 
     def rows_left(self) -> float | None:
         p = self.progress
         return None if p.rows_total is None or p.rows_done is None else max(0.0, p.rows_total - p.rows_done)
 
     def slowdown(self, now: float) -> float | None:
-        """Seconds since it arrived over the seconds its rows done take at its best rate after its
-        first rows' wait (``None``: no rate yet)."""
-        if not self.peak_rate or self.first_rows_s is None or not self.progress.rows_done:
+        """Seconds since it arrived over the seconds its rows done take with the whole cluster at its
+        least cost, after its first rows' wait (``None``: no cost yet)."""
+        if not self.cost or self.first_rows_s is None or not self.progress.rows_done:
             return None
-        alone = (self.first_rows_s - self.arrival_s) + self.progress.rows_done / self.peak_rate
+        alone = (self.first_rows_s - self.arrival_s) + self.progress.rows_done * self.cost
         return (now - self.arrival_s) / alone if alone > 0 else None
 
 
@@ -229,7 +232,7 @@ class ArbiterState:
         self.divided_s = now
         shares = [Share(run_id=e.run_id, claim=e.claim, arrival_s=e.arrival_s, remaining_s=e.remaining_s(),
                         rewarm_s=e.progress.rewarm_s, held=e.budget, rows_left=e.rows_left(),
-                        rate=e.peak_rate, idle=e.progress.idle, slowdown=e.slowdown(now))
+                        cost=e.cost, idle=e.progress.idle, slowdown=e.slowdown(now))
                   for e in self.runs.values()]
         budgets = divide(shares, cpus=self.cpus, gpus=self.gpus, policy=self._order, preemption=self.preemption,
                          quotas=self.quotas, payoff_s=self.payoff_s, now=now, seed=self.seed,
@@ -269,20 +272,31 @@ class ArbiterState:
         entry.seen_s = now
         if progress.execution != entry.progress.execution:  # a new execution of the run: start again
             entry.points.clear()
-            entry.rate = entry.peak_rate = entry.first_rows_s = None
+            entry.rate = entry.cost = entry.first_rows_s = None
         if progress.rows_done is not None:
             points = entry.points
-            points.append((now, progress.rows_done))
+            points.append((now, progress.rows_done, self._share(entry.budget)))
             while len(points) > 2 and now - points[1][0] >= RATE_WINDOW_S:
                 points.popleft()
-            (t0, r0), (t1, r1) = points[0], points[-1]
+            (t0, r0, _), (t1, r1, _) = points[0], points[-1]
             if t1 - t0 >= RATE_MIN_SPAN_S:
                 entry.rate = max(0.0, r1 - r0) / (t1 - t0)
-                entry.peak_rate = max(entry.peak_rate or 0.0, entry.rate) or None
+                if r1 > r0:
+                    held = sum(p[2] for p in points) / len(points)
+                    cost = held * (t1 - t0) / (r1 - r0)
+                    entry.cost = cost if entry.cost is None else min(entry.cost, cost)
             if progress.rows_done > 0 and entry.first_rows_s is None:
                 entry.first_rows_s = now
         entry.progress = replace(progress, rewarm_s=progress.rewarm_s if progress.rewarm_s is not None
                                  else entry.progress.rewarm_s)
+
+    def _share(self, budget: Budget | None) -> float:
+        """The share of the cluster ``budget`` holds: its larger share of CPUs or GPUs (1: no cap)."""
+        if budget is None or (budget.cpus is None and budget.gpus is None):
+            return 1.0
+        shares = [b / total for b, total in ((budget.cpus, self.cpus), (budget.gpus, self.gpus))
+                  if b is not None and total > 0]
+        return max(shares, default=1.0)
 
     def _note(self, now: float, text: str) -> None:
         self.decisions.append((round(now, 3), text))
