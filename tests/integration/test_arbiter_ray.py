@@ -151,13 +151,34 @@ def test_a_killed_drivers_budget_returns_within_the_heartbeat_bound(address, tmp
     assert any("removed: no heartbeat" in text for _, text in _status()["decisions"])
 
 
+def test_a_short_run_alone_does_not_start_the_arbiter(address, tmp_path, monkeypatch):
+    import trident.jobs.arbiter.link as link
+
+    monkeypatch.setattr(link, "CREATE_AFTER_S", 1e9)  # every run here is short
+    ray.kill(find(), no_restart=True)
+    _wait_for(lambda: find() is None, "the arbiter to go")
+    try:
+        release = tmp_path / "release"
+        release.touch()
+        with trident.autoscale(policy="ds2", interval_s=0.5, history=False) as run:
+            ids = arbiter_driver.pipeline(str(release))
+        assert sorted(ids) == list(range(arbiter_driver.ROWS))
+        assert find() is None  # alone and short: no actor started
+        assert not any(e.kind.startswith("arbiter") for e in run.record.events)
+    finally:
+        ray.get(start(lapse_s=LAPSE_S).status.remote())
+
+
 def test_a_run_that_cannot_reach_the_arbiter_plans_alone_and_says_so(address, tmp_path, monkeypatch):
     import trident.jobs.arbiter.actor as actor
+    import trident.jobs.arbiter.link as link
 
     def unreachable(**_):
         raise TimeoutError("no answer")
 
+    monkeypatch.setattr(actor, "find", lambda: None)
     monkeypatch.setattr(actor, "start", unreachable)
+    monkeypatch.setattr(link, "CREATE_AFTER_S", 0.0)
     release = tmp_path / "release"
     release.touch()
     with pytest.warns(Warning, match="no arbiter reached"):

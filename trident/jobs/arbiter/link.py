@@ -1,7 +1,7 @@
 """A run's seat at the cluster's arbiter (:mod:`trident.jobs.arbiter`).
 
 A daemon thread of the ``trident.autoscale`` block: once the run's first snapshot is taken it
-finds (or creates) the arbiter, registers the run (its least and most CPUs and GPUs read from
+finds the arbiter (or, after ``CREATE_AFTER_S`` of the run, starts it), registers the run (its least and most CPUs and GPUs read from
 its operators), then every heartbeat sends its progress (input rows done and in all) and
 applies the budget it gets back (:attr:`trident.autoscaler.api.Run.share`, which the shim
 turns into Ray Data's limits). The arbiter never stops a run: one it cannot reach leaves the
@@ -22,6 +22,9 @@ from trident.jobs.arbiter.divide import Budget
 from trident.jobs.arbiter.state import Claim, Progress, Refused
 from trident.report.record import Event
 
+CREATE_AFTER_S = 10.0
+"""Seconds a run goes on before it starts the cluster's arbiter where none runs: a short run alone
+never pays for the actor's start; where one runs, a run joins at its first snapshot."""
 CALL_TIMEOUT_S, LEAVE_TIMEOUT_S = 10.0, 2.0
 """Seconds a message to the arbiter may take before the run goes on without its answer; leaving
 waits less (a run that cannot say it left lapses on its own)."""
@@ -153,7 +156,11 @@ class ArbiterLink:
         from trident.jobs.arbiter.actor import start
 
         if self.handle is None:
-            self.handle = start()
+            self.handle = _find()
+            if self.handle is None:
+                if self.run._now_s() < CREATE_AFTER_S:
+                    return  # alone, and perhaps short: the arbiter is not started for it yet
+                self.handle = start()
         progress = self._progress(snap, idle)
         if self.run_id is None:
             claim = claim_of(snap, name=self.name, owner=self.owner, priority=self.priority)
@@ -207,6 +214,16 @@ class ArbiterLink:
             self.run.record.events.append(Event(self.run._now_s(), kind, text))
         if kind in ("arbiter_refused", "arbiter_unreachable"):
             self.run._warn_once(kind, text)
+
+
+def _find() -> Any:
+    """The cluster's arbiter, or ``None`` when none runs (or Ray cannot say yet)."""
+    from trident.jobs.arbiter.actor import find
+
+    try:
+        return find()
+    except Exception:
+        return None
 
 
 def _user() -> str:

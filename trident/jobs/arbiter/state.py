@@ -72,10 +72,10 @@ class Entry:
     rate: float | None = None
     """Rows per second over the last ``RATE_WINDOW_S`` of heartbeats once they span ``RATE_MIN_SPAN_S``."""
     cost: float | None = None
-    """Cluster-seconds per row: over such a window, the share of the cluster the run held (its
-    larger share of CPUs or GPUs; 1 with no cap) times the seconds, over the rows done; the least
-    of the run's current execution (``None`` until rows moved). A run held small is not taken for
-    a long one: its rate is low, and so is its share."""
+    """Cluster-seconds per row: over such a window that starts after its first rows, the share of
+    the cluster the run held (its larger share of CPUs or GPUs; 1 with no cap) times the seconds,
+    over the rows done; the least of the run's current execution (``None`` until then). A run held
+    small is not taken for a long one: its rate is low, and so is its share."""
     first_rows_s: float | None = None
     """When its current execution's first rows were done (arbiter clock)."""
     points: deque = field(default_factory=deque)
@@ -281,10 +281,11 @@ class ArbiterState:
             (t0, r0, _), (t1, r1, _) = points[0], points[-1]
             if t1 - t0 >= RATE_MIN_SPAN_S:
                 entry.rate = max(0.0, r1 - r0) / (t1 - t0)
-                if r1 > r0:
-                    held = sum(p[2] for p in points) / len(points)
-                    cost = held * (t1 - t0) / (r1 - r0)
-                    entry.cost = cost if entry.cost is None else min(entry.cost, cost)
+            moving = [p for p in points if p[1] > 0]  # from its first rows on: the pipeline's fill is no cost
+            if moving and t1 - moving[0][0] >= RATE_MIN_SPAN_S and r1 > moving[0][1]:
+                held = sum(p[2] for p in moving) / len(moving)
+                cost = held * (t1 - moving[0][0]) / (r1 - moving[0][1])
+                entry.cost = cost if entry.cost is None else min(entry.cost, cost)
             if progress.rows_done > 0 and entry.first_rows_s is None:
                 entry.first_rows_s = now
         entry.progress = replace(progress, rewarm_s=progress.rewarm_s if progress.rewarm_s is not None
