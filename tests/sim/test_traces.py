@@ -142,3 +142,50 @@ def test_gavel_needs_data_must_be_0_or_1(tmp_path):
     bad = _corrupt(tmp_path, src, 3, "\t".join(fields))
     with pytest.raises(TraceFormatError, match=r"2869ce.csv:3: needs_data='X' is not 0 or 1"):
         load_trace(f"philly-gavel:{bad}")
+
+
+FGD = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces" / "alibaba-gpu-2023" / "fgd"
+NODE_ROWS = ["sn,cpu_milli,memory_mib,gpu,model", "n0,96000,393216,8,V100M32", "n1,64000,262144,2,T4"]
+TIMED_NO_SPEC = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,qos,pod_phase,creation_time,deletion_time,scheduled_time"
+
+
+def _fgd_folder(tmp_path, pod_rows, node_list="openb_node_list_gpu_node.csv"):
+    (tmp_path / node_list).write_text("\n".join(NODE_ROWS) + "\n")
+    pods = tmp_path / "openb_pod_list_test.csv"
+    pods.write_text("\n".join(pod_rows) + "\n")
+    return pods
+
+
+def test_a_pod_list_without_gpu_spec_loads_with_no_model_constraint(tmp_path):
+    pods = _fgd_folder(tmp_path, [TIMED_NO_SPEC, "p0,12000,16384,1,1000,LS,Running,10,110,20",
+                                  "p1,6000,12288,1,460,BE,Succeeded,30,90,40", "p2,20000,65536,0,0,BE,Running,5,50,6",
+                                  "p3,88000,327680,8,1000,Burstable,Running,40,400,100"])
+    t = load_alibaba_2023(pods)                                   # FGD's node list beside, no nodes.csv
+    assert [(n.node_id, n.gpu_model, n.num_gpus) for n in t.nodes] == [("n0", "V100M32", 8), ("n1", "T4", 2)]
+    assert [(j.job_id, j.arrival_s, j.duration_s, j.num_gpus, j.gpu_models) for j in t.jobs] == [
+        ("p0", 0.0, 90.0, 1.0, ()), ("p1", 20.0, 50.0, 0.46, ()), ("p3", 30.0, 300.0, 8.0, ())]
+    assert t.excluded == {"cpu_only": 1}
+
+
+def test_a_bad_row_of_a_list_without_gpu_spec_is_named_by_line(tmp_path):
+    rows = [TIMED_NO_SPEC, "p0,12000,16384,1,1000,LS,Running,10,110,20", "",   # the blank line counts
+            "p1,6000,12288,1,1460,BE,Running,30,90,40", "p2,6000,12288,1,500,BE,Running,30,90,40"]
+    pods = _fgd_folder(tmp_path, rows, node_list="nodes.csv")
+    with pytest.raises(TraceFormatError, match=r"openb_pod_list_test.csv:4: gpu_milli='1460' is not in") as err:
+        load_alibaba_2023(pods)
+    assert err.value.line == 4 and err.value.path == str(pods)
+    assert load_alibaba_2023(pods, skip_bad=True).skipped_rows == 1
+
+
+def test_a_multigpu_list_has_no_times_to_replay_and_is_refused_naming_them(tmp_path):
+    pods = _fgd_folder(tmp_path, ["name,cpu_milli,memory_mib,num_gpu,gpu_milli", "p0,12000,16384,1,1000"])
+    with pytest.raises(TraceFormatError, match=r":1: missing columns \['qos', 'pod_phase', 'creation_time', "
+                                               r"'deletion_time', 'scheduled_time'\]"):
+        load_alibaba_2023(pods)
+
+
+@pytest.mark.skipif(not FGD.is_dir(), reason="shared data not present")
+def test_every_shipped_fgd_pod_list_replays():
+    for path in sorted(FGD.glob("openb_pod_list_*.csv")):
+        t = load_alibaba_2023(path)
+        assert len(t.nodes) == 1213 and len(t.jobs) + sum(t.excluded.values()) == len(path.read_text().splitlines()) - 1

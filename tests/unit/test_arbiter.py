@@ -304,3 +304,10 @@ def test_priorities_as_ray_data_names_them():
         AutoscaleConfig(priority="urgent")
     with pytest.raises(ConfigError, match="owner"):
         AutoscaleConfig(owner="  ")
+
+
+def test_a_run_slowed_down_that_holds_nothing_yet_is_served_first():
+    fresh = Share("fresh", Claim(name="fresh", min_cpus=1), 0.0, 50.0, None, None, slowdown=5.0)
+    other = Share("other", Claim(name="other", min_cpus=1), 1.0, 5.0, None, Budget(cpus=6, gpus=0, rank=0))
+    out = divide([fresh, other], cpus=12, gpus=0, max_slowdown=3.0)
+    assert out["fresh"].rank == 0 and out["fresh"].cpus == 11.0 and "max_slowdown" in out["fresh"].reason

@@ -180,7 +180,7 @@ def _want(s: Share, i: int, total: float, held_only: bool) -> float:
         return 0.0
     most = s.claim.max_cpus if i == 0 else s.claim.max_gpus
     most = total if most is None else most
-    if held_only:
+    if held_only and s.held is not None:
         held = s.held.cpus if i == 0 else s.held.gpus
         return min(most, total if held is None else held)
     return most

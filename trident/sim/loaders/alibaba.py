@@ -12,38 +12,34 @@ from trident.sim.loaders.common import BadRow, Rows, Trace, existing, finish, gp
 # --- Alibaba GPU 2023 (openb) ------------------------------------------------------------------
 
 _ALIBABA_PRIORITY = {"Guaranteed": 2, "LS": 1, "Burstable": 0, "BE": 0}
+ALIBABA_POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "qos", "pod_phase",
+                       "creation_time", "deletion_time", "scheduled_time")
+"""Required pod columns; ``gpu_spec`` is optional (FGD's ``multigpu*`` lists have none)."""
+NODE_LISTS = ("nodes.csv", "openb_node_list_gpu_node.csv")
+"""The node list beside the pods, first found: this project's sample, else FGD's artifact's."""
 
 
 def load_alibaba_2023(path: str | Path, *, skip_bad: bool = False) -> Trace:
-    """Alibaba ``cluster-trace-gpu-v2023``: ``pods.csv`` and ``nodes.csv`` (``path`` = either
-    file's folder, or ``pods.csv`` with ``nodes.csv`` beside it).
+    """Alibaba ``cluster-trace-gpu-v2023``: a pod list (``pods.csv`` or any FGD
+    ``openb_pod_list_*.csv``) and the node list beside it (``nodes.csv``, else FGD's
+    ``openb_node_list_gpu_node.csv``); ``path`` = the pod list, or the folder of ``pods.csv``.
 
     Arrival = ``creation_time``; duration = ``deletion_time - scheduled_time`` for pods
     that were scheduled; GPUs = ``gpu_milli / 1000`` for a one-GPU pod (a fraction when
-    below 1000), else ``num_gpu``; ``gpu_spec`` lists the allowed models.
-    CPU-only pods and pods never scheduled are excluded.
+    below 1000), else ``num_gpu``; ``gpu_spec`` lists the allowed models (``|``-separated;
+    empty, or no column at all as in FGD's ``multigpu*`` lists, = any model, as FGD's
+    ``pod_csv_to_yaml.py`` reads it). The other columns are required: a list without
+    times (FGD's ``multigpu*``) is refused here, it is for ``--experiment allocation``.
+    CPU-only pods and pods never scheduled are excluded; a bad row raises
+    TraceFormatError naming file and line (or is counted with ``skip_bad``).
     """
     path = existing(Path(path))
     pods_path = existing(path / "pods.csv" if path.is_dir() else path)
-    nodes_path = pods_path.parent / "nodes.csv"
-    nrows = Rows(nodes_path, skip_bad)
-    nodes = []
-    for line, row in nrows.read(required=("sn", "cpu_milli", "memory_mib", "gpu", "model")):
-        try:
-            gpus = node_gpus(nrows.num(line, row, "gpu"), "gpu")
-            if gpus > 0 and not row["model"].strip():
-                raise BadRow("a node with GPUs has no model")
-            nodes.append(Node(node_id=row["sn"], gpu_model=row["model"].strip(), num_gpus=int(gpus),
-                              cpus=nrows.num(line, row, "cpu_milli") / 1000.0,
-                              memory_mib=nrows.num(line, row, "memory_mib")))
-        except (BadRow, ConfigError) as exc:
-            nrows.bad(line, str(exc))
+    nodes, nrows = _alibaba_nodes(pods_path, skip_bad)
     rows = Rows(pods_path, skip_bad)
     rows.skipped += nrows.skipped
     jobs = []
-    cols = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos", "pod_phase",
-            "creation_time", "deletion_time", "scheduled_time")
-    for line, row in rows.read(required=cols):
+    for line, row in rows.read(required=ALIBABA_POD_COLUMNS):
         try:
             num_gpu = rows.num(line, row, "num_gpu")
             milli = rows.num(line, row, "gpu_milli", default=0.0)
@@ -62,7 +58,7 @@ def load_alibaba_2023(path: str | Path, *, skip_bad: bool = False) -> Trace:
             if not 0 < milli <= 1000:
                 raise BadRow(f"gpu_milli={row['gpu_milli']!r} is not in (0, 1000]")
             gpus = milli / 1000.0 if num_gpu == 1 else num_gpu
-            models = tuple(dict.fromkeys(m.strip() for m in row["gpu_spec"].split("|") if m.strip()))
+            models = tuple(dict.fromkeys(m.strip() for m in row.get("gpu_spec", "").split("|") if m.strip()))
             jobs.append(Job(job_id=row["name"], arrival_s=created, duration_s=duration, num_gpus=gpus_demand(gpus),
                             gpu_models=models, cpus=rows.num(line, row, "cpu_milli") / 1000.0,
                             memory_mib=rows.num(line, row, "memory_mib"), qos=row["qos"],
@@ -70,6 +66,26 @@ def load_alibaba_2023(path: str | Path, *, skip_bad: bool = False) -> Trace:
         except (BadRow, ConfigError) as exc:
             rows.bad(line, str(exc))
     return finish("alibaba-2023", jobs, nodes, rows)
+
+
+def _alibaba_nodes(pods_path: Path, skip_bad: bool) -> tuple[list[Node], Rows]:
+    """The nodes of the first of ``NODE_LISTS`` beside ``pods_path`` (sn, cpu_milli,
+    memory_mib, gpu, model), and their reader (for its skipped rows)."""
+    nodes_path = next((pods_path.parent / n for n in NODE_LISTS if (pods_path.parent / n).is_file()),
+                      pods_path.parent / NODE_LISTS[0])
+    nrows = Rows(nodes_path, skip_bad)
+    nodes = []
+    for line, row in nrows.read(required=("sn", "cpu_milli", "memory_mib", "gpu", "model")):
+        try:
+            gpus = node_gpus(nrows.num(line, row, "gpu"), "gpu")
+            if gpus > 0 and not row["model"].strip():
+                raise BadRow("a node with GPUs has no model")
+            nodes.append(Node(node_id=row["sn"], gpu_model=row["model"].strip(), num_gpus=int(gpus),
+                              cpus=nrows.num(line, row, "cpu_milli") / 1000.0,
+                              memory_mib=nrows.num(line, row, "memory_mib")))
+        except (BadRow, ConfigError) as exc:
+            nrows.bad(line, str(exc))
+    return nodes, nrows
 
 
 # --- Alibaba PAI 2020 ----------------------------------------------------------------------------------
