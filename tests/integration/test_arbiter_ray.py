@@ -1,8 +1,8 @@
 """The cluster's arbiter on real Ray: two drivers' pipelines share one cluster within budgets that
 fit it (the first shrunk for the second, given everything back when the second ends), a restarted
 arbiter gets every run back from the runs themselves, a killed driver's budget returns within the
-heartbeat bound, a run that cannot reach the arbiter plans alone and says so, ``trident status``
-shows the runs; every row comes out once."""
+heartbeat bound, the only driver does not start it (a second one does), a run that cannot reach
+it plans alone and says so, ``trident status`` shows the runs; every row comes out once."""
 import json
 import os
 import subprocess
@@ -151,21 +151,26 @@ def test_a_killed_drivers_budget_returns_within_the_heartbeat_bound(address, tmp
     assert any("removed: no heartbeat" in text for _, text in _status()["decisions"])
 
 
-def test_a_short_run_alone_does_not_start_the_arbiter(address, tmp_path, monkeypatch):
-    import trident.jobs.arbiter.link as link
-
-    monkeypatch.setattr(link, "CREATE_AFTER_S", 1e9)  # every run here is short
+def test_the_only_driver_does_not_start_the_arbiter_a_second_one_does(address, tmp_path):
     ray.kill(find(), no_restart=True)
     _wait_for(lambda: find() is None, "the arbiter to go")
+    release = tmp_path / "release"
+    release.touch()
     try:
-        release = tmp_path / "release"
-        release.touch()
         with trident.autoscale(policy="ds2", interval_s=0.5, history=False) as run:
             ids = arbiter_driver.pipeline(str(release))
         assert sorted(ids) == list(range(arbiter_driver.ROWS))
-        assert find() is None  # alone and short: no actor started
+        assert find() is None  # the only driver on the cluster: no actor started
         assert not any(e.kind.startswith("arbiter") for e in run.record.events)
+        other = _other_driver(address, str(release), "second-driver")
+        stdout, stderr = other.communicate(timeout=WAIT_S)
+        assert other.returncode == 0, stderr[-3000:]
+        assert find() is not None  # two drivers: the second started it and joined
+        assert any(m.startswith("joined") for _, m in json.loads(stdout.strip().splitlines()[-1]))
     finally:
+        if find() is not None:
+            ray.kill(find(), no_restart=True)
+            _wait_for(lambda: find() is None, "the arbiter to go")
         ray.get(start(lapse_s=LAPSE_S).status.remote())
 
 
@@ -178,7 +183,7 @@ def test_a_run_that_cannot_reach_the_arbiter_plans_alone_and_says_so(address, tm
 
     monkeypatch.setattr(actor, "find", lambda: None)
     monkeypatch.setattr(actor, "start", unreachable)
-    monkeypatch.setattr(link, "CREATE_AFTER_S", 0.0)
+    monkeypatch.setattr(link, "_shared", lambda: True)  # another driver, as far as this run knows
     release = tmp_path / "release"
     release.touch()
     with pytest.warns(Warning, match="no arbiter reached"):

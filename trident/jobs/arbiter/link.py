@@ -1,7 +1,8 @@
 """A run's seat at the cluster's arbiter (:mod:`trident.jobs.arbiter`).
 
 A daemon thread of the ``trident.autoscale`` block: once the run's first snapshot is taken it
-finds the arbiter (or, after ``CREATE_AFTER_S`` of the run, starts it), registers the run (its least and most CPUs and GPUs read from
+finds the arbiter (or starts it once another driver shares the cluster, ``CREATE_AFTER_S``),
+registers the run (its least and most CPUs and GPUs read from
 its operators), then every heartbeat sends its progress (input rows done and in all) and
 applies the budget it gets back (:attr:`trident.autoscaler.api.Run.share`, which the shim
 turns into Ray Data's limits). The arbiter never stops a run: one it cannot reach leaves the
@@ -23,8 +24,9 @@ from trident.jobs.arbiter.state import Claim, Progress, Refused
 from trident.report.record import Event
 
 CREATE_AFTER_S = 10.0
-"""Seconds a run goes on before it starts the cluster's arbiter where none runs: a short run alone
-never pays for the actor's start; where one runs, a run joins at its first snapshot."""
+"""Where no arbiter runs, a run starts it once another driver is connected to the cluster (the
+only driver never pays for the actor's start), or, where Ray cannot say, after this many seconds
+of the run. Where one runs, a run joins at its first snapshot."""
 CALL_TIMEOUT_S, LEAVE_TIMEOUT_S = 10.0, 2.0
 """Seconds a message to the arbiter may take before the run goes on without its answer; leaving
 waits less (a run that cannot say it left lapses on its own)."""
@@ -158,8 +160,9 @@ class ArbiterLink:
         if self.handle is None:
             self.handle = _find()
             if self.handle is None:
-                if self.run._now_s() < CREATE_AFTER_S:
-                    return  # alone, and perhaps short: the arbiter is not started for it yet
+                shared = _shared()
+                if not (shared or (shared is None and self.run._now_s() >= CREATE_AFTER_S)):
+                    return  # the only driver on the cluster: no arbiter is needed yet
                 self.handle = start()
         progress = self._progress(snap, idle)
         if self.run_id is None:
@@ -224,6 +227,17 @@ def _find() -> Any:
         return find()
     except Exception:
         return None
+
+
+def _shared() -> bool | None:
+    """Whether another live driver is connected to the cluster (``None``: Ray cannot say)."""
+    try:
+        from ray._private import state
+
+        jobs = state.jobs()
+    except Exception:
+        return None
+    return sum(1 for j in jobs if not j.get("IsDead")) > 1
 
 
 def _user() -> str:
