@@ -15,6 +15,7 @@ import pytest
 import ray
 
 import trident
+from trident.jobs.arbiter import Claim, Progress, Refused
 from trident.jobs.arbiter.actor import find, start
 
 HERE = Path(__file__).parent
@@ -191,3 +192,22 @@ def test_a_run_that_cannot_reach_the_arbiter_plans_alone_and_says_so(address, tm
             ids = arbiter_driver.pipeline(str(release))
     assert sorted(ids) == list(range(arbiter_driver.ROWS))
     assert run.share is None and any(e.kind == "arbiter_unreachable" for e in run.record.events)
+
+
+def test_malformed_and_foreign_messages_are_refused_through_ray_and_change_nothing(address):
+    arbiter = find()
+    run_id, token, _ = ray.get(arbiter.register.remote(Claim(name="probe", min_cpus=1)))
+    before = [(r["run_id"], r["budget_cpus"], r["rows_done"]) for r in _status()["runs"]]
+    with pytest.raises(Refused, match="min_gpus"):
+        ray.get(arbiter.register.remote(Claim(name="bad", min_gpus=-1)))
+    with pytest.raises(Refused, match="above the cluster"):
+        ray.get(arbiter.register.remote(Claim(name="greedy", min_cpus=10 * CPUS)))
+    with pytest.raises(Refused, match="wrong token"):
+        ray.get(arbiter.update.remote(run_id, "forged", Progress(rows_done=5, rows_total=10)))
+    with pytest.raises(Refused, match="rows_done"):
+        ray.get(arbiter.update.remote(run_id, token, Progress(rows_done=float("nan"))))
+    with pytest.raises(Refused, match="unknown run"):
+        ray.get(arbiter.leave.remote("nobody", token))
+    assert [(r["run_id"], r["budget_cpus"], r["rows_done"]) for r in _status()["runs"]] == before
+    ray.get(arbiter.leave.remote(run_id, token))
+    assert _status()["runs"] == []

@@ -22,6 +22,8 @@ def test_a_run_alone_gets_no_cap_and_two_runs_share_the_cluster():
     assert total_cpus == pytest.approx(12.0) and min(s.runs[a].budget.cpus, budget_b.cpus) >= 3.0
     s.leave(b, tb, 9.0)
     assert s.runs[a].budget == Budget()
+    s.leave(a, ta, 10.0)  # the last run leaves: nobody to divide for
+    assert s.runs == {} and s.status(10.0)["runs"] == []
 
 
 def test_srtf_serves_the_run_with_the_least_time_left_first():

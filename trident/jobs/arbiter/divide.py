@@ -128,6 +128,8 @@ def divide(shares: list[Share], *, cpus: float, gpus: float, policy: Any = "srtf
            seed: int = 0, max_slowdown: float | None = None) -> dict[str, Budget]:
     """Every run's budget (see the module's docstring)."""
     quotas = quotas or {}
+    if not shares:
+        return {}
     if len(shares) == 1 and shares[0].claim.owner not in quotas:
         return {shares[0].run_id: Budget()}
     ranked = rank(shares, policy=policy, now=now, seed=seed, max_slowdown=max_slowdown, incumbent_credit_s=payoff_s)
