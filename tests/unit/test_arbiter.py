@@ -313,3 +313,21 @@ def test_a_run_slowed_down_that_holds_nothing_yet_is_served_first():
     other = Share("other", Claim(name="other", min_cpus=1), 1.0, 5.0, None, Budget(cpus=6, gpus=0, rank=0))
     out = divide([fresh, other], cpus=12, gpus=0, max_slowdown=3.0)
     assert out["fresh"].rank == 0 and out["fresh"].cpus == 11.0 and "max_slowdown" in out["fresh"].reason
+
+
+def test_trident_status_prints_every_run_in_rank_order_with_its_budget_and_reason():
+    from trident.jobs.arbiter.cli import format_status
+
+    s = _state()
+    a, ta, _ = s.register(Claim(name="nightly-video", owner="media", min_cpus=2), 0.0)
+    text = format_status(s.status(0.0))
+    assert "order srtf, preemption lazy" in text and " any " in text  # alone: no cap
+    s.register(Claim(name="notebook", owner="ana", min_cpus=2), 1.0)
+    for t in range(2, 7):
+        _beat(s, a, ta, 100 * t, 10_000, float(t))
+    lines = format_status(s.status(7.0)).splitlines()
+    runs = [line for line in lines if "nightly-video" in line or "notebook" in line]
+    assert len(runs) >= 2 and runs[0].split()[0] == "1" and "rank" in " ".join(lines)
+    assert any("10,000" in line and "nightly-video" in line for line in runs)  # rows done of the total
+    assert "last decisions:" in lines and any("registered" in line for line in lines)
+    assert format_status({**s.status(7.0), "runs": [], "decisions": []}).endswith("no runs")

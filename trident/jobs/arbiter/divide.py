@@ -37,7 +37,7 @@ class Budget:
     cpus: float | None = None
     gpus: float | None = None
     rank: int = 0
-    reason: str = "alone on the cluster: no cap"
+    reason: str = "alone on the cluster"
 
     def describe(self) -> str:
         if self.cpus is None and self.gpus is None:
