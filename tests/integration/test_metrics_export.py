@@ -111,7 +111,7 @@ def test_trident_series_on_rays_endpoint(metrics_port):
         wanted = {"ray_" + s.name + ("_total" if s.kind == "counter" else "") for s in METRICS
                   if s.name not in ("trident_fallbacks", "trident_regime_changes", "trident_predicted_rows_per_s",
                                     "trident_history_plans", "trident_plans")
-                  and not s.name.startswith("trident_arbiter_")}  # a run alone: no budget (test_arbiter_ray)
+                  and not s.name.startswith("trident_arbiter_")}  # the arbiter's: the next test
         if any(d.plan is not None for d in execution.decisions):
             wanted.add("ray_trident_plans_total")
 
@@ -155,3 +155,36 @@ def test_trident_series_on_rays_endpoint(metrics_port):
     # beside Ray Data's own series, under the same dataset label
     ray_data = [lab for n, lab, _ in scrape(metrics_port) if n.startswith("ray_data_")]
     assert any(lab.get("dataset") == execution.dataset_id for lab in ray_data)
+
+
+def test_the_arbiters_series_on_rays_endpoint(metrics_port):
+    from trident.jobs.arbiter import Claim, Progress
+    from trident.jobs.arbiter.actor import start
+
+    arbiter = start(lapse_s=60)
+    runs = [ray.get(arbiter.register.remote(Claim(name=n, owner="ops", min_cpus=1))) for n in ("long", "short")]
+    watcher = _Watcher(metrics_port)
+    names = {"ray_trident_arbiter_" + s for s in ("budget_cpus", "budget_gpus", "rank", "rows_per_s", "remaining_s")}
+    try:
+        deadline = time.monotonic() + 60
+        t, seen = 0, {}
+        while time.monotonic() < deadline:  # heartbeats as two runs would send them
+            t += 1
+            for (run_id, token, _), total in zip(runs, (100_000, 2_000)):
+                ray.get(arbiter.update.remote(run_id, token, Progress(rows_done=50.0 * t, rows_total=total)))
+            seen = {(n, dict(lab)["run"]): vs for (n, lab), vs in list(watcher.seen.items()) if n in names}
+            if len(seen) == len(names) * len(runs):
+                break
+            time.sleep(0.5)
+    finally:
+        watcher.stop.set()
+        watcher.thread.join()
+        for run_id, token, _ in runs:
+            ray.get(arbiter.leave.remote(run_id, token))
+    ids = [run_id for run_id, _, _ in runs]
+    assert {(n, r) for n, r in seen} == {(n, r) for n in names for r in ids}
+    assert all(dict(lab)["owner"] == "ops" for (n, lab) in watcher.seen if n in names)
+    last = {key: vs[-1] for key, vs in seen.items()}
+    assert last[("ray_trident_arbiter_budget_cpus", ids[0])] + last[("ray_trident_arbiter_budget_cpus", ids[1])] <= 4
+    assert {last[("ray_trident_arbiter_rank", r)] for r in ids} == {1.0, 2.0}
+    assert all(v > 0 for (n, _), v in last.items() if n == "ray_trident_arbiter_rows_per_s")
