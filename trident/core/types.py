@@ -123,6 +123,11 @@ class OperatorSnapshot:
     (``None``: an actor runs off the driver's machine, or not read)."""
 
     @property
+    def rows_in_done(self) -> int:
+        """Input rows of finished tasks, or every row taken in where that is not measured."""
+        return self.rows_in_done_total if self.rows_in_done_total is not None else self.rows_in_total
+
+    @property
     def input_bytes_per_row(self) -> float | None:
         return self.bytes_in_total / self.rows_in_total if self.rows_in_total else None
 

@@ -108,7 +108,7 @@ def _operator(name: str, ops: list[tuple[float, OperatorSnapshot]], changes: lis
     if not kept:
         return None
     last = ops[-1][1]
-    done = last.rows_in_done_total if last.rows_in_done_total is not None else last.rows_in_total
+    done = last.rows_in_done
     sel = (last.rows_out_total / done if done > 0 and last.rows_out_total > 0
            and last.tasks_finished >= MIN_TASKS_FOR_SELECTIVITY else None)
     return OperatorPrior(name=name, run=run, regimes=tuple(p for r in kept for p in r.frozen()), cold_start_s=cold,

@@ -45,15 +45,11 @@ def progress_of(snap: Snapshot, rewarm_s: float | None = None) -> Progress:
     elif len(ops) == 1:
         done = float(last.rows_out_total)
     else:
-        done = float(_rows_in(last))
+        done = float(last.rows_in_done)
         for o in ops[1:-1]:  # each operator between turns its rows in into rows out
-            if _rows_in(o) and o.rows_out_total:
-                done *= _rows_in(o) / o.rows_out_total
+            if o.rows_in_done and o.rows_out_total:
+                done *= o.rows_in_done / o.rows_out_total
     return Progress(rows_done=min(float(total), done), rows_total=float(total), rewarm_s=rewarm_s)
-
-
-def _rows_in(op) -> int:
-    return op.rows_in_done_total if op.rows_in_done_total is not None else op.rows_in_total
 
 
 def claim_of(snap: Snapshot, *, name: str, owner: str, priority: int) -> Claim:

@@ -100,7 +100,7 @@ class Observer(ShiftChecks):
         notes: list[str] = []
         if starting:
             tr.starting_s = t
-        done = op.rows_in_done_total if op.rows_in_done_total is not None else op.rows_in_total
+        done = op.rows_in_done
         if done > 0 and op.rows_out_total > 0 and op.tasks_finished >= MIN_TASKS_FOR_SELECTIVITY:
             tr.selectivity = op.rows_out_total / done  # rows in flight are in but not yet out: not counted
         key = key_of(op.config)
