@@ -302,3 +302,19 @@ def _short(room: Room, o: OperatorSnapshot, heap_bytes: float) -> str:
     if c.num_cpus > room.gpu_cpus(c) + 1e-9:
         return f"{room.gpu_cpus(c):.2g} CPUs free on the GPU nodes{f' of type {c.accelerator_type}' if c.accelerator_type else ''}"
     return f"{room.memory_bytes / 2**20:.0f} MiB left under the memory limit"
+
+
+def below_one_replica(ops: list[OperatorSnapshot], heaps: dict[str, float], limit: int | None) -> str:
+    """Why the memory limit (bytes) cannot be met at all ('' when it can): one replica of every
+    pool (its minimum) already needs more heap (``heaps``: bytes per replica, with the margin)
+    than the limit allows."""
+    if limit is None:
+        return ""
+    pools = [o for o in ops if o.config.kind == "actor"]
+    need = sum(max(o.config.min_replicas, 1) * heaps.get(o.name, 0.0) for o in pools)
+    if need <= limit:
+        return ""
+    each = ", ".join(f"{o.name} {heaps[o.name] / 2**20:.0f} MiB" for o in pools if heaps.get(o.name))
+    return (f"keep: the memory limit leaves the workers {limit / 2**20:.0f} MiB, below what the pools' "
+            f"minimum replicas need ({need / 2**20:.0f} MiB measured with its margin: {each}); trident cannot "
+            f"go below a pool's minimum, so it holds every pool there and adds no replica")

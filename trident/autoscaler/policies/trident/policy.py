@@ -29,7 +29,7 @@ from trident.autoscaler.actuation import RolloutInputs, plan_rollout
 from trident.autoscaler.policies.trident import estimates, explore, problem
 from trident.autoscaler.policies.trident.check import Mismatch, PredictionCheck
 from trident.autoscaler.policies.trident.cores import HostCores
-from trident.autoscaler.policies.trident.inner import Growth, gpu_node_cpus
+from trident.autoscaler.policies.trident.inner import Growth, below_one_replica, gpu_node_cpus, room_of
 from trident.autoscaler.policies.trident.learned import Learned
 from trident.autoscaler.policies.trident.phases import Phases
 from trident.autoscaler.policies.trident.records import Assumed, Bounds, key_of
@@ -210,10 +210,10 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         self.last_look_s, self.looked_per_type = now, planning.per_type
         notes = [*notes, *planning.held, *capped_by]
         self.observer.changed = self.replan_now = False
-        short = self._below_one_replica(snap, ops)
+        short = below_one_replica(ops, self._heaps(snap), self._limit(snap))
         if short:
             return Decision(time_s=now, reason=short, notes=tuple(notes), kind="keep")
-        explored = self._explore(snap, ops, prob, now, notes) if self.settings.explore_types else None
+        explored = self._explore(snap, ops, prob, now, notes, only=None if self.settings.explore_types else [])
         if explored is not None:
             return explored
         limited = self._retry_limit(prob)
@@ -233,8 +233,7 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         if not result.changed:  # the allocation is settled: the bottleneck on another type, or its batch size
             self._bound(ops, {o.name: o.config.replicas for o in ops if self._estimated(o, planning)}, "the plan")
             slowest = explore.bottleneck(prob, ops, self.settings.explore_cold_starts)
-            explored = (None if self.context.memory_limit_bytes is not None  # under a limit a move costs more
-                        else self._explore(snap, ops, prob, now, notes, only=slowest))
+            explored = self._explore(snap, ops, prob, now, notes, only=slowest)
             return explored or self._tune(snap, ops, prob, planning, now, notes, result.reason)
         targets = problem.targets(ops, result.allocation)
         tuner_before = self._tuner_state()
@@ -299,19 +298,24 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         return Decision(time_s=now, reason=mismatch.reason, notes=tuple(notes), kind="mismatch")
 
     def _explore(self, snap: Snapshot, ops, prob, now: float, notes: list[str], only=None) -> Decision | None:
-        """Pin a GPU pool (of ``only``) to a type it was not measured on, or back (:mod:`.explore`)."""
+        """Pin a GPU pool (of ``only``; all: ``None``) to a type it was not measured on, or any pool
+        back, before a plan moves it (:mod:`.explore`)."""
         left_s = problem.remaining_s(snap, prob, self.tracks)
         if left_s is not None and left_s < self.settings.explore_min_remaining_s:
             return None
+        free = room_of(snap, {}, self._heaps(snap), self._limit(snap), margin=self.settings.memory_margin).memory_bytes
         pins = (explore.reverts(ops, self.tracks, self.explored, windows=self.settings.explore_windows)
                 or explore.next_pins(snap, ops if only is None else only, self.tracks, min_busy_s=self.settings.min_busy_s,
-                                     windows=self.settings.explore_windows, explored=self.explored))
+                                     windows=self.settings.explore_windows, explored=self.explored, left_s=left_s,
+                                     window_s=self.settings.rate_window_s, free_memory_bytes=free))
         if not pins:
             return None
         explore.record(self.explored, pins, snap, self.tracks, self.settings)
+        self.check.drop()  # a move to measure a type is no plan: what comes out meanwhile is no prediction's
+        for t, _ in pins:  # the inner loop holds an explored pool where it moved (its type may have room for no more)
+            self.bounds[t.name] = Bounds(lo=t.replicas, hi=t.replicas, why="the exploration")
         rollout = plan_rollout({o.name: o.config for o in ops}, tuple(t for t, _ in pins),
-                               RolloutInputs(current_throughput_rows_per_s=0.0, new_throughput_rows_per_s=0.0,
-                                             remaining_rows=None, cold_start_s={}, utilisation={}))
+                               RolloutInputs(0.0, 0.0, remaining_rows=None, cold_start_s={}, utilisation={}))
         phase = self.phases.start(rollout.phases(), now)
         reason = "; ".join(why for _, why in pins) + " | now: " + "; ".join(st.reason for st in phase)
         caps, held = self._hold_tasks(snap) if moves(rollout.steps) else ((), "")
@@ -324,22 +328,6 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         row that found no plan, up to ``solver_retries`` of them."""
         k = min(self.solve_failures, self.settings.solver_retries)
         return prob if k == 0 else replace(prob, time_limit_s=prob.time_limit_s * self.settings.solver_retry_growth ** k)
-
-    def _below_one_replica(self, snap: Snapshot, ops) -> str:
-        """Why the memory limit cannot be met at all ('' when it can): one replica of every pool
-        (its minimum) already needs more heap than the limit allows."""
-        limit = self._limit(snap)
-        if limit is None:
-            return ""
-        heaps = self._heaps(snap)
-        pools = [o for o in ops if o.config.kind == "actor"]
-        need = sum(max(o.config.min_replicas, 1) * heaps.get(o.name, 0.0) for o in pools)
-        if need <= limit:
-            return ""
-        each = ", ".join(f"{o.name} {heaps[o.name] / 2**20:.0f} MiB" for o in pools if heaps.get(o.name))
-        return (f"keep: the memory limit leaves the workers {limit / 2**20:.0f} MiB, below what the pools' "
-                f"minimum replicas need ({need / 2**20:.0f} MiB measured with its margin: {each}); trident cannot "
-                f"go below a pool's minimum, so it holds every pool there and adds no replica")
 
     def _with_ceilings(self, prob, snap: Snapshot, now: float):
         """Pools that could not reach a planned size get at most what they reached for
