@@ -7,9 +7,11 @@ import math
 from dataclasses import replace
 
 from trident.autoscaler.actuation import PHASE_UP, RolloutStep
-from trident.autoscaler.policies.trident import tuner
+from trident.autoscaler.policies.trident import shrink, tuner
+from trident.autoscaler.policies.trident.problem import remaining_s, utilisation
 from trident.autoscaler.policies.trident.inner import room_of
 from trident.autoscaler.policies.trident.records import Bounds
+from trident.core.plan.placement import throughput_of
 from trident.core.types import Decision, OperatorTarget, Snapshot
 
 
@@ -22,7 +24,7 @@ class BatchTuning:
         trial of batch 64 on 6 replicas measured below 32 on 8, the memory its heap took made the
         current plan invalid; the drain the planner offered did not pay, and the pool kept the
         worse batch for the rest of the run instead of going back to the best one measured.)"""
-        trial = self._starting_trial(snap, ops, prob, planning)
+        trial = self._starting_trial(snap, ops, prob, planning) or self._halve(snap, ops, prob)
         if trial is None:
             trial = tuner.next_batch_size(snap, ops, prob, planning.rates, self.tracks, self.settings,
                                           self.context.seed)
@@ -89,6 +91,14 @@ class BatchTuning:
         return replace(beside, replicas_from=running, reason=beside.reason + f" (the pool is starting, {running} of "
                                                                              f"its actors up: its pending actors "
                                                                              f"start at the trial's batch)")
+
+    def _halve(self, snap: Snapshot, ops, prob) -> tuner.Trial | None:
+        """The memory-bound bottleneck's batch halved for more replicas (:mod:`.shrink`)."""
+        util = utilisation(prob, throughput_of(prob, prob.current)) if prob.current is not None else {}
+        o = next((x for x in ops if util and x.name == max(util, key=util.get)), None)
+        room = room_of(snap, {}, self._heaps(snap), None, margin=self.settings.memory_margin)
+        return None if o is None else shrink.halve(snap, o, self.tracks, self.settings, self._limit(snap),
+                                                   remaining_s(snap, prob, self.tracks), room)
 
     def _beside(self, snap: Snapshot, trial: tuner.Trial, held: dict[str, int] | None = None) -> int:
         """New replicas of ``trial`` that fit beside the pool's running ones (``held``: replicas
