@@ -42,6 +42,8 @@ def _first_plan(**cores):
 @pytest.mark.parametrize("busy_cores, ocr_cores, grown_to", [
     (1.95, 0.95, None),  # both cores busy, OCR keeps its core busy: another replica shares them
     (0.95, 0.95, 2),     # one core idle: one replica more
+    (1.95, 0.45, None),  # the cores shared with the other pools: under half a core each, bound all the same
+    (0.95, 0.45, 4),     # a core idle: a replica at under half a core is not bound by the cores
     (1.95, 0.05, 4),     # OCR waits (a GPU's work, I/O): the cores do not bound it (memory does)
     (1.95, None, 4),     # an OCR actor off this machine: its CPU time is not known, nothing capped
 ])

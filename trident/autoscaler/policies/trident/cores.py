@@ -13,7 +13,8 @@ The scaling curve of a pool that keeps ``u`` cores busy per busy replica, on a m
 (:meth:`HostCores.caps`), read over the last
 ``window_s`` seconds of snapshots: the pool's CPU time and its busy replicas, the machine's busy
 time. Pools with an actor off the driver's machine, or keeping less than ``min_cores`` of a core
-busy per busy replica (a GPU's work, I/O), are not capped. Pure: no Ray, no clock.
+busy per busy replica (a GPU's work, I/O; ``saturated_cores`` where no core is idle), are not
+capped. Pure: no Ray, no clock.
 """
 from __future__ import annotations
 
@@ -33,6 +34,12 @@ class HostCores:
     window_s: float = 4.0
     min_cores: float = 0.5
     """Cores a busy replica keeps busy, at least, for its pool to count as bound by the cores."""
+    saturated_cores: float = 0.25
+    """The same where the machine has less than ``saturated_idle`` cores idle: its replicas share
+    cores the other pools keep busy too, and each gets less of one than it would alone (the PDF
+    demo: two OCR replicas beside Embed on 2 busy cores kept 0.498 of a core each, uncapped, and a
+    third was planned and started for nothing)."""
+    saturated_idle: float = 0.25
     seen: deque[Snapshot] = field(default_factory=deque)
 
     def see(self, snap: Snapshot) -> None:
@@ -64,7 +71,7 @@ class HostCores:
             if busy < 0.5:
                 continue
             u = (o.cpu_s - old.cpu_s) / dt / busy
-            if u < self.min_cores:
+            if u < (self.saturated_cores if idle < self.saturated_idle else self.min_cores):
                 continue
             # what is asked already stays (its starts are what keeps the cores busy now)
             hi = max(o.actors_running + math.floor(idle / u + 1e-9), o.config.replicas or 0, 1)
