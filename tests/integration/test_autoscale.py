@@ -257,8 +257,10 @@ def test_trident_policy_scales_the_backlogged_pool_early():
     for d in execution.decisions:  # a plan that names the pool keeps it growing, never back to 1
         targets = [t.replicas for t in (d.plan.targets if d.plan else ()) if t.name == name and t.replicas]
         assert all(n > 1 for n in targets) or d.time_s > first_out + 10.0, d.reason
+    # the pool is asked for its maximum; how many of them run at once moves with the machine's load
+    targets = [s.operator(name).config.replicas for s in execution.snapshots]
     sizes = [s.operator(name).actors_running for s in execution.snapshots]
-    assert max(sizes) == 4, sizes
+    assert max(targets) == 4 and max(sizes) >= 2, (targets, sizes)
 
 
 class UpThenDownPolicy:

@@ -125,8 +125,9 @@ def next_pins(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Ope
     left (:func:`cheap`) and its actors run on one type (where all of them go back if the type
     measured is no faster). A pool whose new replicas' heap does not fit beside the old ones in
     ``free_memory_bytes`` (under a memory limit) measures the type on as many as fit beside them;
-    where not one does, it moves by a swap, which stops it for the move: only where that is cheap. A pool still measured where its actors run waits (seed 40: a pool
-    on B, its rate there not yet read, was 'explored' on B, and never on A, 6x faster)."""
+    where not one does, it moves by a swap, which stops it for the move: only where that is
+    cheap. A pool still measured where its actors run waits (seed 40: a pool on B, its rate there
+    not yet read, was 'explored' on B, and never on A, 6x faster)."""
     types = [t for t, g in snap.cluster.gpus_by_type if g > 0]
     if len(types) < 2 or any(o.actors_pending for o in snap.operators):
         # pending actors are about to take room that looks free (seed 193: a pool moved to B for good
@@ -196,6 +197,7 @@ def _fits(o: OperatorSnapshot, todo: list[str], free: dict[str, float], cpus: di
     if beside == 0:
         return fit, True
     return {t: min(f, beside) for t, f in fit.items()}, False
+
 
 def cheap(fit: int, n: int, explore_s: float, left_s: float | None) -> bool:
     """Whether measuring a type on ``fit`` of a pool's ``n`` replicas (0: a swap) costs at most

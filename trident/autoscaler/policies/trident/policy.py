@@ -303,11 +303,11 @@ class TridentPolicy(RolloutSteps, BatchTuning):
         left_s = problem.remaining_s(snap, prob, self.tracks)
         if left_s is not None and left_s < self.settings.explore_min_remaining_s:
             return None
-        free = room_of(snap, {}, self._heaps(snap), self._limit(snap), margin=self.settings.memory_margin).memory_bytes
+        free = room_of(snap, {}, self._heaps(snap), self._limit(snap), margin=self.settings.memory_margin)
         pins = (explore.reverts(ops, self.tracks, self.explored, windows=self.settings.explore_windows)
                 or explore.next_pins(snap, ops if only is None else only, self.tracks, min_busy_s=self.settings.min_busy_s,
                                      windows=self.settings.explore_windows, explored=self.explored, left_s=left_s,
-                                     window_s=self.settings.rate_window_s, free_memory_bytes=free))
+                                     window_s=self.settings.rate_window_s, free_memory_bytes=free.memory_bytes))
         if not pins:
             return None
         explore.record(self.explored, pins, snap, self.tracks, self.settings)
