@@ -166,6 +166,14 @@ def heap(tr: OperatorTrack, key: ConfigKey, settings: TridentSettings) -> float:
     return seen * (1 + margin)
 
 
+def others_heap(ops: list[OperatorSnapshot], name: str, tracks: dict[str, OperatorTrack],
+                settings: TridentSettings) -> float:
+    """Heap bytes the operators of ``ops`` other than ``name`` hold at their replicas, each at
+    :func:`heap` (with its margin)."""
+    return sum(heap(tracks[x.name], key_of(x.config), settings) * (x.config.replicas or 0)
+               for x in ops if x.name != name and x.name in tracks)
+
+
 def unmeasured_heap(op: OperatorSnapshot, snap: Snapshot, heap_bytes: dict[str, float], margin: float) -> float:
     """Heap bytes per replica to charge an actor pool whose heap is not measured yet (no task of
     it finished): its reading at rest (the smallest of its actors' before their first task) grown

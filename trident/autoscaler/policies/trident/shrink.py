@@ -47,8 +47,7 @@ def halve(snap: Snapshot, o: OperatorSnapshot, tracks: dict[str, OperatorTrack],
     cold_s = estimates.cold_start_s(tr, o, settings)
     if left_s is None or left_s < max(settings.bo_min_remaining_s, 4 * settings.bo_trial_cold_starts * cold_s):
         return None
-    others = sum(estimates.heap(tracks[x.name], key_of(x.config), settings) * (x.config.replicas or 0)
-                 for x in snap.operators if x.name != o.name and x.config.kind == "actor" and x.name in tracks)
+    others = estimates.others_heap(list(snap.operators), o.name, tracks, settings)
     free, margin = limit_bytes - others, 1 + settings.memory_margin
     most = most_replicas(snap, o)
     if most <= n or math.floor(free / (heap * margin)) > n:

@@ -78,8 +78,7 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
     b, dev = o.config.batch_size, device_type_of(o.config)
     if not free and _warming(tr, key_of(o.config), rates[o.name].source, snap.time_s, settings):
         return f"{o.name}'s batch-size search waits: batch {b}'s rate was measured while actors started"
-    others = sum(estimates.heap(tracks[x.name], key_of(x.config), settings) * (x.config.replicas or 0)
-                 for x in ops if x.name != o.name and x.name in tracks)
+    others = estimates.others_heap(ops, o.name, tracks, settings)
     if others >= limit or not tr.heap:
         return None
     n_max = most_replicas(snap, o)

@@ -11,20 +11,15 @@ import urllib.request
 import pytest
 
 import ray
+# Ray exports metrics through its dashboard agent's reporter, which comes with ray[default]
+# (trident's "metrics" extra): this folder runs only where it is installed (`.ci/run`, docs/metrics.md)
+import ray.dashboard.modules.reporter.reporter_agent  # noqa: F401
 from ray.data import ActorPoolStrategy
 
 import trident
 from trident.report.metrics import METRICS
 
 os.environ["RAY_AUTH_MODE"] = "disabled"
-# Ray exports metrics through its dashboard agent's reporter, which needs ray[default]
-# (trident's "metrics" extra); without it there is no endpoint to scrape. CI's run with the
-# extra sets TRIDENT_REQUIRE_METRICS: there a missing agent fails instead of skipping.
-if os.environ.get("TRIDENT_REQUIRE_METRICS"):
-    import ray.dashboard.modules.reporter.reporter_agent  # noqa: F401
-else:
-    pytest.importorskip("ray.dashboard.modules.reporter.reporter_agent",
-                        reason="Ray's metrics agent needs ray[default]: pip install 'trident[metrics]'")
 
 ROWS = 200
 LIMIT_BYTES = 8 * 2**30
