@@ -123,7 +123,6 @@ LONG_FUNCTIONS = {
     "trident/demos/bench.py:bench_workload": "one benchmark workload, every policy in turn",
     "trident/autoscaler/policies/trident/problem.py:build": "a snapshot's placement problem",
     "trident/core/plan/milp.py:_model": "the MILP's variables and constraints",
-    "trident/autoscaler/policies/trident/policy.py:_plan": "the planner's step: solve, gate, roll out",
     "trident/autoscaler/policies/trident/tracking.py:observe": "one operator's windows, shifts and regimes",
     "trident/demos/suite.py:result": "a scenario's result table",
     "trident/sim/loaders/alibaba.py:load_pai_2020": "the PAI 2020 trace's join of its tables",
@@ -131,7 +130,7 @@ LONG_FUNCTIONS = {
     "trident/core/plan/device_choices.py:of": "the device-choice bounds of a problem",
     "trident/demos/cli.py:main": "the demo command",
     "trident/core/optimize/safe_bo.py:suggest": "one certified suggestion",
-    "trident/autoscaler/policies/trident/shifts.py:_check_stall": "a stall's bound on an operator's rate",
+    "trident/autoscaler/policies/trident/shifts.py:check_stall": "a stall's bound on an operator's rate",
     "trident/core/model/synthetic.py:synthetic_trace": "a seeded trace with known truth",
 }
 """Functions over ``FUNCTION_LINES`` lines, each with what it does; none may join them."""

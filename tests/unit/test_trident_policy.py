@@ -7,7 +7,10 @@ import pytest
 
 from trident.autoscaler.controller.loop import ControlLoop
 from trident.core.policy import POLICIES, PolicyContext
-from trident.autoscaler.policies.trident import TridentPolicy, TridentSettings, estimates, problem
+from trident.autoscaler.policies.trident import TridentPolicy, TridentSettings, estimates, problem, shifts
+from trident.autoscaler.policies.trident.planner import explore_types
+from trident.autoscaler.policies.trident.policy import observe
+from trident.autoscaler.policies.trident.rollouts import replan
 from trident.autoscaler.sim.pipeline import PipelineSpec, Regime, SimNodes, SimOperator, simulate
 from trident.core.types import ClusterView, OperatorConfig, OperatorSnapshot, Snapshot
 
@@ -42,12 +45,14 @@ def test_registered_and_every_decision_has_a_reason():
 
 
 def test_an_internal_error_keeps_the_plan_and_says_why(monkeypatch):
+    from trident.autoscaler.policies.trident import planner as planner_module
+
     policy = TridentPolicy(context=PolicyContext(seed=0))
 
     def broken(*_a, **_k):
         raise RuntimeError("model exploded")
 
-    monkeypatch.setattr(policy, "_plan", broken)
+    monkeypatch.setattr(planner_module, "plan", broken)
     res = simulate(_pipeline(total_rows=5_000), policy=policy, seed=0)
     assert res.finished and res.reconfigurations == 0
     assert any("model exploded" in d.reason and d.plan is None for d in res.decisions)
@@ -312,8 +317,8 @@ def test_a_first_estimate_does_not_shrink_a_pool_whose_input_waits_on_full_slots
 
     for queued, backpressured, floor in ((20, False, 4), (0, False, 1), (20, True, 1)):
         for k in range(1, 5):
-            policy.observer.observe(snap(float(k), queued=queued).operator("ocr"), float(k))
-            policy.observer.observe(snap(float(k), queued=queued).operator("embed"), float(k))
+            policy.state.observer.observe(snap(float(k), queued=queued).operator("ocr"), float(k))
+            policy.state.observer.observe(snap(float(k), queued=queued).operator("embed"), float(k))
         last = snap(4.0, queued=queued, backpressured=backpressured)
         planning = problem.build(last, problem.plannable(last), policy.tracks, policy.settings, 5 * GiB)
         assert planning.rates["ocr"].source == "busy time", planning.why
@@ -367,7 +372,7 @@ def test_a_regime_change_keeps_the_memory_estimate_with_its_full_margin():
     key = (1, "gpu", 1.0)
     settled = estimates.heap(tr, key, policy.settings)
     assert settled == pytest.approx(750 * 2**20 * (1 + policy.settings.memory_margin / 3))
-    policy.observer.new_regime(tr, ChangeEvent(signal="ocr rows/s per replica", index=20, changed_at_s=25.0,
+    shifts.new_regime(policy.state.observer, tr, ChangeEvent(signal="ocr rows/s per replica", index=20, changed_at_s=25.0,
                                        detected_at_s=29.0, mean_before=1.0, mean_after=0.3,
                                        samples_since_change=4, reason="test"))
     assert estimates.heap(tr, key, policy.settings) == pytest.approx(750 * 2**20 * (1 + policy.settings.memory_margin))
@@ -457,7 +462,7 @@ def test_the_first_measure_after_a_stall_bound_is_planned_on_at_once():
     finished would have held the plan that moved the embed pool's memory to OCR for 4 s)."""
     policy, snap, notes = _stall(rows_per_task=4, busy_per_task_s=0.05, stall_at=20.0, steps=28)
     assert notes and policy.tracks["ocr"].bounded((1, "gpu", 1.0))
-    observer, measured = policy.observer, None
+    observer, measured = policy.state.observer, None
     for k in range(28, 45):
         observer.changed = False
         done = 20 + (k - 28) // 2  # a task every 2 s (4 rows, 2 busy seconds each)
@@ -622,7 +627,7 @@ def test_a_confirmed_heap_estimate_lets_the_next_plan_come_before_the_dwell_ends
     for k in range(80):
         t = float(k)
         snap = _ray_like(t, ocr_replicas=replicas, ocr_out=int(out), embed_out=0, total=400)
-        d = policy.step(replace(snap, applied_plan_seq=policy.plan_seq), t)  # applied at once, as the shim does
+        d = policy.step(replace(snap, applied_plan_seq=policy.state.plan_seq), t)  # applied at once, as the shim does
         out += replicas / 4
         if d.reason.startswith("rollout complete") and complete_at is None:
             complete_at = t
@@ -673,7 +678,7 @@ def test_a_first_estimate_does_not_shrink_a_backlogged_pool_in_its_first_regime_
         return next(s for s in planning.problem.operators if s.name == "ocr")
 
     assert ocr_spec().min_replicas == 4
-    policy.observer.new_regime(tr, ChangeEvent(signal="ocr rows/s per replica", index=0, changed_at_s=1.0,
+    shifts.new_regime(policy.state.observer, tr, ChangeEvent(signal="ocr rows/s per replica", index=0, changed_at_s=1.0,
                                                detected_at_s=7.0, mean_before=0.25, mean_after=1.0,
                                                samples_since_change=2, reason="test"))
     assert (ocr_spec().min_replicas, ocr_spec().max_replicas) == (1, 4)
@@ -1073,9 +1078,9 @@ def _dwelling_policy(types):
     and planned a second ago (it dwells), and the next snapshot."""
     policy = TridentPolicy()
     for k in range(30):
-        policy._observe(_typed_snapshot(k, detect_types=types, embed_types=types))
-    policy.last_plan_s = policy.last_look_s = 29.0
-    policy.observer.changed = False  # the first windows were planned with
+        observe(policy.state, _typed_snapshot(k, detect_types=types, embed_types=types))
+    policy.state.last_plan_s = policy.state.last_look_s = 29.0
+    policy.state.observer.changed = False  # the first windows were planned with
     return policy, _typed_snapshot(30, detect_types=types, embed_types=types)
 
 
@@ -1098,7 +1103,7 @@ def _solves_failing(monkeypatch, n: int, *, infeasible: bool = False) -> list[fl
     ``infeasible``, as when the solver proves there is none), the next ones solve; returns the
     time limit of each solve, as they come."""
     from trident.core.plan import milp
-    from trident.autoscaler.policies.trident import policy as policy_module
+    from trident.autoscaler.policies.trident import planner as planner_module
 
     calls, fail = [], {"left": n}
 
@@ -1111,7 +1116,7 @@ def _solves_failing(monkeypatch, n: int, *, infeasible: bool = False) -> list[fl
                                       status="failed"), infeasible=infeasible)
         return milp.solve_placement(prob)
 
-    monkeypatch.setattr(policy_module, "solve_placement", solve)
+    monkeypatch.setattr(planner_module, "solve_placement", solve)
     return calls
 
 
@@ -1165,18 +1170,18 @@ def test_a_replan_never_holds_a_pool_below_what_it_had_before_the_step():
 
     policy = TridentPolicy(context=PolicyContext(seed=0))
     snap = _ray_like(30.0, ocr_replicas=2, ocr_out=100, embed_out=0, total=400)
-    d = policy._replan(Stuck("ocr", reached=1, wanted=6, obstacle="the cluster has 0.5 GPUs too few for the plan",
+    d = replan(policy.state, Stuck("ocr", reached=1, wanted=6, obstacle="the cluster has 0.5 GPUs too few for the plan",
                              before=2), snap, 30.0, [])
     assert d.kind == "replan" and [(t.name, t.replicas) for t in d.plan.targets] == [("ocr", 2)]
-    assert policy.ceilings["ocr"][0].hi == 2 and "stays at 1 of 6" in d.reason
+    assert policy.state.ceilings["ocr"][0].hi == 2 and "stays at 1 of 6" in d.reason
     # nor above the step's target: a batch-size trial on 5 of 8 replicas (memory) stuck at 0
-    d = policy._replan(Stuck("ocr", reached=0, wanted=5, obstacle="5 actor(s) still pending", before=8),
+    d = replan(policy.state, Stuck("ocr", reached=0, wanted=5, obstacle="5 actor(s) still pending", before=8),
                        snap, 31.0, [])
     assert [(t.name, t.replicas) for t in d.plan.targets] == [("ocr", 5)]
     # actors only slow to start (nothing short): their target stays, nothing is cancelled
-    d = policy._replan(Stuck("ocr", reached=1, wanted=5, obstacle="4 actor(s) still pending", before=1, short=False),
+    d = replan(policy.state, Stuck("ocr", reached=1, wanted=5, obstacle="4 actor(s) still pending", before=1, short=False),
                        snap, 32.0, [])
-    assert d.kind == "replan" and d.plan is None and "target stays" in d.reason and not policy.phases.active
+    assert d.kind == "replan" and d.plan is None and "target stays" in d.reason and not policy.state.phases.active
 
 
 def test_a_plan_moving_pools_to_another_type_holds_task_operators_at_their_running_tasks():
@@ -1376,7 +1381,7 @@ def test_after_a_change_one_batch_measured_is_capped_by_the_last_regimes_batch_l
     from trident.autoscaler.policies.trident.tuner import _affine_gain, _not_paying
 
     MiB = 2**20
-    tr = TridentPolicy().observer.track(_op("embed", 0, replicas=8, queue=0, rows_out_total=0, rows_per_s=0.0, running=8))
+    tr = TridentPolicy().state.observer.track(_op("embed", 0, replicas=8, queue=0, rows_out_total=0, rows_per_s=0.0, running=8))
     k8, k32 = ConfigKey(8, "gpu", 0.5), ConfigKey(32, "gpu", 0.5)
     tr.rates = [RateSample(t, k8, 8.66) for t in (5.0, 6.0)] + [RateSample(t, k32, 19.6) for t in (20.0, 21.0)] + [
         RateSample(22.0, k32, 100.0, bound=True), RateSample(30.0, k32, 8.7)]
@@ -1384,7 +1389,7 @@ def test_after_a_change_one_batch_measured_is_capped_by_the_last_regimes_batch_l
     shape = batch_shape(tr, before_s=25.0)[("gpu", 0.5)]
     assert shape == {8: (pytest.approx(8 / 8.66), 230 * MiB), 32: (pytest.approx(32 / 19.6), 470 * MiB)}
     assert batch_shape(tr, before_s=10.0) == {}  # one batch size: no line
-    TridentPolicy().observer.new_regime(tr, ChangeEvent(
+    shifts.new_regime(TridentPolicy().state.observer, tr, ChangeEvent(
         signal="embed rows/s per replica", index=3, changed_at_s=25.0, detected_at_s=31.0, mean_before=19.6,
         mean_after=8.7, samples_since_change=2, reason="test"))
     assert tr.batch_shape == {("gpu", 0.5): shape} and [r.rows_per_s for r in tr.rates] == [8.7]
@@ -1562,7 +1567,7 @@ def test_a_solve_that_finds_no_plan_is_tried_again_at_the_next_step_with_a_longe
     steps = []
     for k in range(24):
         d = policy.step(_starting_pool(k, running=8, pending=0), float(k))
-        steps.append((k, d, dict(policy.bounds), policy.last_look_s))
+        steps.append((k, d, dict(policy.state.bounds), policy.state.last_look_s))
     failed = [(k, d, b, look) for k, d, b, look in steps if "time limit" in d.reason]
     assert len(failed) == 3 and all(d.kind == "keep" and d.plan is None and not b for _, d, b, _ in failed), failed
     (k1, _, _, look1), (k2, _, _, look2), (k3, _, _, look3) = failed
@@ -1571,7 +1576,7 @@ def test_a_solve_that_finds_no_plan_is_tried_again_at_the_next_step_with_a_longe
     limit = s.solver_time_limit_s
     assert calls[:4] == pytest.approx([limit, limit * s.solver_retry_growth, limit * s.solver_retry_growth ** 2,
                                        limit * s.solver_retry_growth ** 2])  # the fourth found a plan
-    assert policy.solve_failures == 0
+    assert policy.state.solve_failures == 0
     assert any(d.kind in ("plan", "keep", "tune") and "time limit" not in d.reason for k, d, _, _ in steps if k > k3)
 
 
@@ -1585,7 +1590,7 @@ def test_a_solve_that_proves_there_is_no_plan_is_not_tried_again_at_once(monkeyp
     steps = []
     for k in range(16):
         d = policy.step(_starting_pool(k, running=8, pending=0), float(k))
-        steps.append((k, d, policy.last_look_s))
+        steps.append((k, d, policy.state.last_look_s))
     failed = [(k, d, look) for k, d, look in steps if "infeasible" in d.reason]
     assert len(failed) == 1 and failed[0][1].kind == "keep" and failed[0][1].plan is None, failed
     (k1, _, look1), = failed
@@ -1680,13 +1685,13 @@ def test_a_plan_whose_rollout_does_not_pay_leaves_the_batch_size_search_free_to_
     batch-size search still moves (there, back to the best batch measured) instead of the pool
     keeping the worse batch for the rest of the run."""
     from trident.autoscaler.actuation import Rollout
-    from trident.autoscaler.policies.trident import policy as policy_module
+    from trident.autoscaler.policies.trident import planner as planner_module
     from trident.autoscaler.policies.trident import tuner
     from trident.core.types import OperatorTarget
 
     declined = Rollout(steps=(), go=False, reason="drain only (150.9 -> 125.7 rows/s); no cold start to pay",
                        time_saved_s=0.0, cold_start_s=0.0)
-    monkeypatch.setattr(policy_module, "plan_rollout", lambda *a, **k: declined)
+    monkeypatch.setattr(planner_module, "plan_rollout", lambda *a, **k: declined)
     back = tuner.Trial(OperatorTarget(name="embed", batch_size=32, replicas=4), replicas_from=4, swap=True,
                        reason="tune embed batch_size 8 -> 32 on 4 replica(s) (best safe)")
     monkeypatch.setattr(tuner, "next_batch_size", lambda *a, **k: back)
@@ -1725,10 +1730,10 @@ def test_opt_in_exploration_pins_a_pool_to_a_type_it_was_not_measured_on():
     for k in range(30):
         snap = replace(_typed_snapshot(k, detect_types=("B",), embed_types=("B",)), cluster=roomy)
         for o in snap.operators:
-            policy.observer.observe(o, snap.time_s)
+            policy.state.observer.observe(o, snap.time_s)
     ops = problem.plannable(snap)
     planning = problem.build(snap, ops, policy.tracks, policy.settings, None)
-    decision = policy._explore(snap, ops, planning.problem, snap.time_s, ["a note"])
+    decision = explore_types(policy.state, snap, ops, planning.problem, snap.time_s, ["a note"])
     assert decision is not None and decision.reason.startswith("explore: measure"), decision
     assert decision.notes == ("a note",)
     (pin,) = [t for t in decision.plan.targets if t.accelerator_type]

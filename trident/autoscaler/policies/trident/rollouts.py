@@ -1,7 +1,7 @@
-"""The rollout and inner-loop steps of the ``trident`` policy: apply a plan phase by phase (a pool
-that stands still short of its target is re-planned around its obstacle, :mod:`.phases`), and
-between plans Ray Data's own rule within the planner's bounds (:mod:`.inner`). Pure: no Ray, no
-clock."""
+"""The rollout and inner-loop steps of the ``trident`` policy, over its state (:mod:`.state`):
+apply a plan phase by phase (a pool that stands still short of its target is re-planned around
+its obstacle, :mod:`.phases`), and between plans Ray Data's own rule within the planner's bounds
+(:mod:`.inner`). Pure: no Ray, no clock."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -9,114 +9,102 @@ from dataclasses import replace
 from trident.autoscaler.policies.trident import estimates
 from trident.autoscaler.policies.trident.inner import inner_targets
 from trident.autoscaler.policies.trident.phases import Stuck, hold_tasks
-from trident.autoscaler.policies.trident.records import Bounds, key_of
-from trident.core.types import Decision, OperatorTarget, Snapshot
+from trident.autoscaler.policies.trident.records import Bounds
+from trident.autoscaler.policies.trident.state import PolicyState
+from trident.core.types import Decision, DecisionKind, OperatorTarget, Snapshot
 
 
-class RolloutSteps:
-    """The rollout and inner-loop steps of :class:`~trident.autoscaler.policies.trident.policy.TridentPolicy`."""
+def hold_running_tasks(snap: Snapshot) -> tuple[tuple[OperatorTarget, ...], str]:
+    """Task operators held at their running tasks while actors start in the room old ones
+    leave (Ray gives a freed CPU to whichever request comes first: task operators' new tasks
+    kept a type move's actors pending for 20 s on the two-types scenario); the caps and
+    the words for the reason."""
+    caps = hold_tasks(snap)
+    if not caps:
+        return (), ""
+    return caps, ("; task operators held at their running tasks (" + ", ".join(
+        f"{c.name} <= {c.replicas}" for c in caps) + ") so that the CPUs old replicas leave wait for the new ones")
 
-    @staticmethod
-    def _hold_tasks(snap: Snapshot) -> tuple[tuple[OperatorTarget, ...], str]:
-        """Task operators held at their running tasks while actors start in the room old ones
-        leave (Ray gives a freed CPU to whichever request comes first: task operators' new tasks
-        kept a type move's actors pending for 20 s on the two-types scenario); the caps and
-        the words for the reason."""
-        caps = hold_tasks(snap)
-        if not caps:
-            return (), ""
-        return caps, ("; task operators held at their running tasks (" + ", ".join(
-            f"{c.name} <= {c.replicas}" for c in caps) + ") so that the CPUs old replicas leave wait for the new ones")
 
-    # --- rollout phases ------------------------------------------------------------------------
+def rollout(st: PolicyState, snap: Snapshot, now: float, notes: list[str]) -> Decision:
+    """The rollout under way: wait while its phase settles, re-plan around a stuck pool, or issue
+    the next phase."""
+    s = st.settings
+    waiting = st.phases.settling(snap)
+    stuck = st.phases.stuck(snap, now, patience_steps=s.stuck_intervals,
+                            cold_start_s={n: estimates.cold_start_s(tr, snap.operator(n), s)
+                                          for n, tr in st.tracks.items() if n in st.phases.operators()},
+                            heap_bytes=st.heaps(snap), memory_limit_bytes=st.limit(snap), margin=s.memory_margin)
+    if stuck is not None and not stuck.drain:
+        return replan(st, stuck, snap, now, notes)
+    timed_out = now - st.phases.started_s >= s.rollout_timeout_s
+    if waiting and not timed_out and stuck is None:
+        return Decision(time_s=now, reason=f"rollout: waiting for {', '.join(x.operator for x in waiting)} "
+                                           f"to reach its target", notes=tuple(notes), kind=DecisionKind.ROLLOUT)
+    trial = st.phases.trial
+    phase = st.phases.advance(now)
+    st.last_plan_s = now
+    if not phase:
+        if trial:  # the trial's point is its measurement: the planner looks as soon as it is in,
+            # not a dwell later (batch-size scenario: 8 x batch 32 waited 3 s on it, and 15 s
+            # where nothing else ended the dwell)
+            st.look_again()
+            st.phases.trial = False
+        return Decision(time_s=now, reason="rollout complete" + (" (timed out waiting)" if timed_out else ""),
+                        notes=tuple(notes), kind=DecisionKind.ROLLOUT)
+    after = f" ({stuck.obstacle})" if stuck is not None else " after a timeout" if timed_out else ""
+    reason = f"rollout: next phase{after} | now: " + "; ".join(x.reason for x in phase)
+    decision = st.issue(tuple(x.target for x in phase), reason, now, notes, kind=DecisionKind.ROLLOUT)
+    st.phases.plan_seq = st.plan_seq
+    return decision
 
-    def _rollout(self, snap: Snapshot, now: float, notes: list[str]) -> Decision:
-        s = self.settings
-        waiting = self.phases.settling(snap)
-        stuck = self.phases.stuck(snap, now, patience_steps=s.stuck_intervals,
-                                  cold_start_s={n: estimates.cold_start_s(tr, snap.operator(n), s)
-                                                for n, tr in self.tracks.items() if n in self.phases.operators()},
-                                  heap_bytes=self._heaps(snap), memory_limit_bytes=self._limit(snap),
-                                  margin=s.memory_margin)
-        if stuck is not None and not stuck.drain:
-            return self._replan(stuck, snap, now, notes)
-        timed_out = now - self.phases.started_s >= s.rollout_timeout_s
-        if waiting and not timed_out and stuck is None:
-            return Decision(time_s=now, reason=f"rollout: waiting for {', '.join(st.operator for st in waiting)} "
-                                               f"to reach its target", notes=tuple(notes), kind="rollout")
-        trial = self.phases.trial
-        phase = self.phases.advance(now)
-        self.last_plan_s = now
-        if not phase:
-            if trial:  # the trial's point is its measurement: the planner looks as soon as it is in,
-                # not a dwell later (batch-size scenario: 8 x batch 32 waited 3 s on it, and 15 s
-                # where nothing else ended the dwell)
-                self.replan_now, self.last_look_s, self.phases.trial = True, None, False
-            return Decision(time_s=now, reason="rollout complete" + (" (timed out waiting)" if timed_out else ""),
-                            notes=tuple(notes), kind="rollout")
-        after = f" ({stuck.obstacle})" if stuck is not None else " after a timeout" if timed_out else ""
-        reason = f"rollout: next phase{after} | now: " + "; ".join(st.reason for st in phase)
-        decision = self._issue(tuple(st.target for st in phase), reason, now, notes, kind="rollout")
-        self.phases.plan_seq = self.plan_seq
-        return decision
 
-    def _replan(self, stuck: Stuck, snap: Snapshot, now: float, notes: list[str]) -> Decision:
-        """A pool stands short of its target: end the rollout, name the obstacle, plan again
-        around it (task caps that free CPUs, or at most what the pool reached)."""
-        self.phases.clear()
-        self.replan_now = True
-        self.last_look_s = None
-        reason = (f"replan: {stuck.operator} stays at {stuck.reached} of {stuck.wanted} replicas: "
-                  f"{stuck.obstacle}")
-        if stuck.task_caps:
-            caps = ", ".join(f"{t.name} <= {t.replicas}" for t in stuck.task_caps)
-            return self._issue(stuck.task_caps, f"{reason}; capping task concurrency to make room: {caps}",
-                               now, notes, kind="replan")
-        if not stuck.short:  # nothing is short: cancelling the pending actors would only start them again
-            # later (on the PDF benchmark OCR's 4 new actors were cancelled at 1 of 5, three times, 100 s)
-            self.ceilings[stuck.operator] = (Bounds(lo=0, hi=stuck.wanted, why=stuck.obstacle), now)
-            return Decision(time_s=now, reason=f"{reason}; its target stays (nothing is short: the actors start "
-                                               f"when Ray gets to them) and the plan is redone", notes=tuple(notes),
-                            kind="replan")
-        # held at what it reached, never below what it had before the step (actors of its own
-        # still starting are not the obstacle; holding a bottleneck below them cost 37 s at one
-        # replica on the regime-shift scenario) unless the step shrank it: a batch-size trial
-        # on fewer replicas (held at the old 8 at batch 64, the pool broke the memory limit)
-        hold = max(stuck.reached, min(stuck.before, stuck.wanted), 1)
-        self.ceilings[stuck.operator] = (Bounds(lo=0, hi=hold, why=stuck.obstacle), now)
-        b = self.bounds.get(stuck.operator)
-        if b is not None and b.lo > hold:
-            self.bounds[stuck.operator] = Bounds(lo=hold, hi=b.hi, why=stuck.obstacle)
-        target = OperatorTarget(name=stuck.operator, replicas=hold)
-        return self._issue((target,), f"{reason}; holding it at {target.replicas} until the plan is redone",
-                           now, notes, kind="replan")
+def replan(st: PolicyState, stuck: Stuck, snap: Snapshot, now: float, notes: list[str]) -> Decision:
+    """A pool stands short of its target: end the rollout, name the obstacle, plan again
+    around it (task caps that free CPUs, or at most what the pool reached)."""
+    st.phases.clear()
+    st.look_again()
+    reason = f"replan: {stuck.operator} stays at {stuck.reached} of {stuck.wanted} replicas: {stuck.obstacle}"
+    if stuck.task_caps:
+        caps = ", ".join(f"{t.name} <= {t.replicas}" for t in stuck.task_caps)
+        return st.issue(stuck.task_caps, f"{reason}; capping task concurrency to make room: {caps}",
+                        now, notes, kind=DecisionKind.REPLAN)
+    if not stuck.short:  # nothing is short: cancelling the pending actors would only start them again
+        # later (on the PDF benchmark OCR's 4 new actors were cancelled at 1 of 5, three times, 100 s)
+        st.ceilings[stuck.operator] = (Bounds(lo=0, hi=stuck.wanted, why=stuck.obstacle), now)
+        return Decision(time_s=now, reason=f"{reason}; its target stays (nothing is short: the actors start "
+                                           f"when Ray gets to them) and the plan is redone", notes=tuple(notes),
+                        kind=DecisionKind.REPLAN)
+    # held at what it reached, never below what it had before the step (actors of its own
+    # still starting are not the obstacle; holding a bottleneck below them cost 37 s at one
+    # replica on the regime-shift scenario) unless the step shrank it: a batch-size trial
+    # on fewer replicas (held at the old 8 at batch 64, the pool broke the memory limit)
+    hold = max(stuck.reached, min(stuck.before, stuck.wanted), 1)
+    st.ceilings[stuck.operator] = (Bounds(lo=0, hi=hold, why=stuck.obstacle), now)
+    b = st.bounds.get(stuck.operator)
+    if b is not None and b.lo > hold:
+        st.bounds[stuck.operator] = Bounds(lo=hold, hi=b.hi, why=stuck.obstacle)
+    target = OperatorTarget(name=stuck.operator, replicas=hold)
+    return st.issue((target,), f"{reason}; holding it at {target.replicas} until the plan is redone",
+                    now, notes, kind=DecisionKind.REPLAN)
 
-    # --- the inner loop ------------------------------------------------------------------------
 
-    def _inner(self, snap: Snapshot, now: float, notes: list[str], decision: Decision) -> Decision:
-        """The inner loop's decision, else ``decision`` with a note for each pool the room newly
-        holds below what Ray's rule asks (once per pool and size asked)."""
-        targets, reasons, held = inner_targets(
-            self.learned.within(snap), self.bounds, self._heaps(snap),
-            memory_limit_bytes=self._limit(snap), settings=self.settings, skip=self.phases.operators(),
-            wanted=self.held_back, since_grew=self.growth.since(snap))
-        holds = {r.split(" held at ")[0]: r for r in reasons[len(targets):]}
-        new_holds = [f"inner loop: {r}" for n, r in holds.items() if self.held_back.get(n) != held.get(n)]
-        self.held_back = held
-        fresh = [(t, r) for t, r in zip(targets, reasons) if self.inner_sent.get(t.name) != t.replicas]
-        if not fresh:
-            return replace(decision, notes=(*decision.notes, *new_holds)) if new_holds else decision
-        targets, reasons = [t for t, _ in fresh], [r for _, r in fresh]
-        self.inner_sent.update({t.name: t.replicas for t in targets})
-        return self._issue(tuple(targets), "inner: " + "; ".join(reasons), now, notes, kind="inner", plan_made=False)
-
-    def _limit(self, snap: Snapshot) -> int | None:
-        """The memory the limit leaves the pipeline's workers (bytes; ``None``: no limit)."""
-        return estimates.workers_memory(self.context.memory_limit_bytes, snap.cluster)
-
-    def _heaps(self, snap: Snapshot) -> dict[str, float]:
-        return {o.name: estimates.heap(self.tracks[o.name], key_of(o.config), self.settings)
-                for o in snap.operators if o.name in self.tracks}
+def inner(st: PolicyState, snap: Snapshot, now: float, notes: list[str], decision: Decision) -> Decision:
+    """The inner loop's decision, else ``decision`` with a note for each pool the room newly
+    holds below what Ray's rule asks (once per pool and size asked)."""
+    targets, reasons, held = inner_targets(
+        st.learned.within(snap), st.bounds, st.heaps(snap), memory_limit_bytes=st.limit(snap),
+        settings=st.settings, skip=st.phases.operators(), wanted=st.held_back, since_grew=st.growth.since(snap))
+    holds = {r.split(" held at ")[0]: r for r in reasons[len(targets):]}
+    new_holds = [f"inner loop: {r}" for n, r in holds.items() if st.held_back.get(n) != held.get(n)]
+    st.held_back = held
+    fresh = [(t, r) for t, r in zip(targets, reasons) if st.inner_sent.get(t.name) != t.replicas]
+    if not fresh:
+        return replace(decision, notes=(*decision.notes, *new_holds)) if new_holds else decision
+    targets, reasons = [t for t, _ in fresh], [r for _, r in fresh]
+    st.inner_sent.update({t.name: t.replicas for t in targets})
+    return st.issue(tuple(targets), "inner: " + "; ".join(reasons), now, notes, kind=DecisionKind.INNER,
+                    plan_made=False)
 
 
 def moves(steps) -> bool:

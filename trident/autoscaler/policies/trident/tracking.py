@@ -24,7 +24,7 @@ from trident.core.observe.filters import sustainable_samples
 from trident.core.plan.placement import ANY_GPU, CPU
 from trident.autoscaler.policies.trident.records import Assumed, ConfigKey, OldActorsSpan, RateSample, key_of
 from trident.autoscaler.policies.trident.settings import TridentSettings
-from trident.autoscaler.policies.trident.shifts import ShiftChecks
+from trident.autoscaler.policies.trident import shifts
 from trident.autoscaler.policies.trident.track import (
     OperatorTrack,
     busy_of,
@@ -41,7 +41,7 @@ MIN_TASKS_FOR_SELECTIVITY = 4
 run ahead of the bytes Ray has marked as processed."""
 
 
-class Observer(ShiftChecks):
+class Observer:
     """Keeps an :class:`OperatorTrack` per operator; ``changed`` says the plan should be revisited."""
 
     def __init__(self, *, settings: TridentSettings, rng: np.random.Generator, seed: int,
@@ -128,7 +128,7 @@ class Observer(ShiftChecks):
         if not settled:
             tr.window = None
             return notes
-        notes += self._check_stall(tr, op, key, t)
+        notes += shifts.check_stall(self, tr, op, key, t)
         notes += self._first_tasks(tr, key)
         busy_s = busy_of(op)
         cur = counters(op, t)
@@ -138,7 +138,7 @@ class Observer(ShiftChecks):
         window_s = self.settings.rate_window_s
         if tr.shifting:  # the last window was off: confirm (or refute) the shift sooner
             window_s = min(window_s, self.settings.shift_confirm_s)
-        if t - tr.window.time_s < window_s and not self._sudden_shift(tr, key, cur):
+        if t - tr.window.time_s < window_s and not shifts.sudden_shift(self, tr, key, cur):
             return notes
         w = tr.window
         busy = busy_s is not None and w.busy_s is not None and busy_s - w.busy_s > 0.2 * (t - w.time_s)
@@ -155,8 +155,8 @@ class Observer(ShiftChecks):
                 rate = (op.rows_out_total - w.rows_out) / (t - w.time_s) / running
         events: list[ChangeEvent] = []
         if rate is not None and rate > 0:
-            shift, settling = self._level_shift(tr, key, rate, t)
-            notes += self._check_assumption(tr, key, rate)
+            shift, settling = shifts.level_shift(self, tr, key, rate, t)
+            notes += shifts.check_assumption(self, tr, key, rate)
             believed = tr.belief.see(tuple(key), rate) if tr.belief is not None else ""
             if believed:
                 notes.append(believed)
@@ -170,7 +170,7 @@ class Observer(ShiftChecks):
             if shift is not None:
                 tr.rate_detector.reset()
                 if settling:
-                    notes.append(self._settle(tr, key, shift))
+                    notes.append(shifts.settle(self, tr, key, shift))
                 else:
                     events.append(shift)
             elif ev is not None:
@@ -183,7 +183,7 @@ class Observer(ShiftChecks):
         for ev in events:
             shift = abs(ev.mean_after - ev.mean_before) / max(abs(ev.mean_before), 1e-12)
             if shift >= self.settings.min_change:
-                notes.append(self.new_regime(tr, ev))
+                notes.append(shifts.new_regime(self, tr, ev))
         return notes
 
     def _first_tasks(self, tr: OperatorTrack, key: ConfigKey) -> list[str]:
