@@ -72,6 +72,8 @@ FIXED = {
          "per-type rate, and kept every pool from being planned per type",
     171: "a pool spread over types, planned at its average rate, was held at 3 replicas (no per-type plan, "
          "as for 194)",
+    34: "a batch-size trial of twice the batch on half the bottleneck's replicas (all its memory allowed) "
+        "stopped the pool for a swap that could at best match what it made",
 }
 """Development seeds trident once lost to Ray's rule, and why: each stays at >= 0.98x."""
 

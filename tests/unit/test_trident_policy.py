@@ -1902,3 +1902,20 @@ def test_the_first_operator_left_after_the_read_keeps_its_own_selectivity():
     assert estimates.rows_left(snap, left, tracks) == pytest.approx([500.0, 800.0])
     assert estimates.remaining_rows(snap, tracks) == pytest.approx(800.0)  # rows into fan: pipeline rows
     assert estimates.input_rows_left(snap, tracks, ops[2]) == pytest.approx(2400.0)
+
+
+def test_a_larger_batch_on_so_few_replicas_that_it_cannot_gain_is_not_tried():
+    """Rows per second grow at most as a batch's rows do: where the memory limit leaves room for
+    batch 32 on one of the pool's two replicas of batch 16 (two need 1440 MiB of 1300), the trial
+    could at best match the pool, and its swap would stop it meanwhile; the pool stays at its
+    batch and a note says why."""
+    MiB = 2**20
+    spec = _batch_sensitive()
+    two = replace(spec.operators[1], replicas=2, max_replicas=2, batch_size=16)
+    tight = replace(spec, operators=(spec.operators[0], two), nodes=(SimNodes(count=1, cpus=16, gpus=1, gpu_type="A"),),
+                    memory_limit_bytes=1300 * MiB)
+    res = simulate(tight, policy="trident", seed=0)
+    assert res.finished and res.oom_kills == 0
+    assert not [d for d in res.decisions if d.kind == "tune"], [d.reason for d in res.decisions if d.kind == "tune"]
+    assert any("batch 32 fits 1 replica(s)" in n and "grow at most as its rows do" in n
+               for d in res.decisions for n in d.notes)

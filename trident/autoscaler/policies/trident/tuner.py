@@ -128,12 +128,17 @@ def next_batch_size(snap: Snapshot, ops: list[OperatorSnapshot], problem: Placem
         tr.bo_settled = True
         return (f"{o.name} stays at batch_size {b}: batch {bb} on {c} replica(s) would leave "
                 f"{left / (bb * c):.1f} batches per replica of the {left:.0f} rows left (< {settings.bo_min_batches:g})")
+    n = o.config.replicas
+    if not sug.converged and bb * c <= b * n:
+        tr.bo_settled = True
+        return (f"{o.name} stays at batch_size {b}: batch {bb} fits {c} replica(s), and on {c} it makes at most "
+                f"{bb * c / (b * n):.0%} of what batch {b} makes on {n} (a batch's rows per second grow at most "
+                f"as its rows do)")
     if sug.converged:
         tr.bo_settled = True
     else:
         tr.bo_tried += 1
     each = (float(upper[concurrencies.index(c)]) - others) / c  # memory bound of one new replica
-    n = o.config.replicas
     drain_to, surge_c = _room_for(snap, o, c, old_heap=estimates.heap(tr, key_of(o.config), settings),
                                   new_heap=each, free_memory=limit - others)
     swap = drain_to is not None
