@@ -3,6 +3,7 @@ reached or re-planned with the obstacle named, and a GPU pool is moved to the ac
 where it is faster; every row exactly once."""
 import os
 import sys
+import threading
 import time
 
 os.environ["RAY_AUTH_MODE"] = "disabled"
@@ -65,16 +66,29 @@ def _quick(context=None, **settings):
 _quick.name = "trident"
 
 
+@ray.remote(num_cpus=0, num_gpus=2, resources={"accelerator_type:B": 1})
+class _HoldsB:
+    """Another user's actor on B's two GPUs."""
+
+    def ready(self):
+        return True
+
+
 def test_a_gpu_pool_moves_to_the_accelerator_type_where_it_is_faster(cluster):
     """User code names no type; the pool's actors land where Ray puts them, its rate on each type
-    is measured from their tasks, and the plan pins it to B, where it is 4x faster. Five replicas
-    of half a GPU do not fit on one type's two GPUs, so Ray puts actors on both and both types are
-    measured whatever its placement. The run is long enough (~30 s of work at the best split) for
-    the pin to come after solves that a loaded machine's time limit cut short."""
+    is measured from their tasks, and the plan pins it to B, where it is 4x faster. Another
+    user's actor holds B's GPUs for the pipeline's first seconds, so its first actors start on A
+    whatever the machine's load (left to Ray's placement, the pool once ran on B from its first
+    actor, and no move was needed); once B frees, the pool grows onto it and both types are
+    measured. The run is long enough (~30 s of work at the best split) for the pin to come after
+    solves that a loaded machine's time limit cut short."""
     rows_n = 15000
     ds = (ray.data.range(rows_n, override_num_blocks=rows_n // 20)
           .map_batches(_TypedModel, compute=ActorPoolStrategy(min_size=1, max_size=5), num_gpus=0.5, num_cpus=0.5,
                        batch_size=20))
+    other = _HoldsB.remote()
+    ray.get(other.ready.remote())
+    threading.Timer(8.0, ray.kill, args=(other,)).start()
     with trident.autoscale(policy=_quick, interval_s=0.5) as run:
         rows = ds.take_all()
     assert_each_id_once(rows, rows_n)
