@@ -98,7 +98,7 @@ def check_stall(obs: Observed, tr: OperatorTrack, op: OperatorSnapshot, key: Con
 
 def sudden_shift(obs: Observed, tr: OperatorTrack, key: ConfigKey, cur: Counters) -> bool:
     """Whether the open rate window's last ``shift_confirm_s`` seconds (or more), with
-    ``sudden_tasks`` finished tasks, already measure a shift alone (see :meth:`_level_shift`)
+    ``sudden_tasks`` finished tasks, already measure a shift alone (see :func:`level_shift`)
     off the steady windows or, before there are ``min_rate_windows`` of them, off what the
     last plan assumed (a short run's step then closes the window 2 s after it, and a short
     window confirms it): then the window is cut to them and closes at once. Busy time counts
@@ -152,7 +152,7 @@ def level_shift(obs: Observed, tr: OperatorTrack, key: ConfigKey, rate: float,
     One window ``shift_ratio_alone`` off steady windows, and far beyond their spread, is enough
     (on the long-shift scenario the rates move 4x: the two-window rule acted 11.5 and 12.8 s
     after the data changed). Also says whether the shift is the pipeline settling rather than
-    a new regime: a step up from a rate measured while actors started (see :meth:`_settle`)."""
+    a new regime: a step up from a rate measured while actors started (see :func:`settle`)."""
     s = obs.settings
     before = [r for r in tr.rates if r.key == key]
     steady = [r for r in before if not tr.shifting or r.time_s < tr.shifting[0][0]][-8:]
