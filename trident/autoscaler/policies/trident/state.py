@@ -116,7 +116,7 @@ class PolicyState:
               kind: DecisionKind | str, plan_made: bool = True) -> Decision:
         """A decision carrying a plan of ``targets`` (and of each pinned pool no target names yet);
         ``plan_made``: it starts the dwell and replaces what the inner loop asked."""
-        moving = {st.operator for phase in [self.phases.current, *self.phases.pending] for st in phase}
+        moving = {s.operator for phase in [self.phases.current, *self.phases.pending] for s in phase}
         pinned = self._pinned_unnamed({t.name for t in targets} | moving)
         if pinned:
             targets += pinned
