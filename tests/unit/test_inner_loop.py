@@ -158,6 +158,20 @@ def test_bounds_floor_and_cap_the_inner_loop():
     assert targets == [OperatorTarget(name="a", replicas=4)]
 
 
+def test_a_pool_below_its_floor_grows_to_it_in_the_room_held_for_it():
+    """Ray's own rule shrank a pool the plan holds at 2 (the demo: EmbedText 2 -> 1 while no
+    target had named it); the room charges the pool its floor, so the replica back to it is room
+    already held, not more (it was held back: "0 GPUs free" with half a GPU idle). While a
+    rollout is under way its later phases bring pools to their floors in turn."""
+    snap = _snap(_actor("ocr", 0, replicas=2, in_flight=4, queued=9), _actor("embed", 1, replicas=1, in_flight=2,
+                                                                            queued=9), gpus=2.0)
+    floor = {"embed": Bounds(lo=2, hi=2, why="the plan")}
+    targets, _, held = inner_targets(snap, floor, {}, memory_limit_bytes=None, settings=S)
+    assert OperatorTarget(name="embed", replicas=2) in targets and "embed" not in held
+    targets, _, held = inner_targets(snap, floor, {}, memory_limit_bytes=None, settings=S, rolling_out=True)
+    assert "embed" not in {t.name for t in targets} and held.get("embed") == 2
+
+
 def test_a_pool_that_has_taken_all_its_input_is_not_grown_back_to_its_floor():
     """Ray Data released two idle actors of a pool whose upstream finished: the plan's floor of 4
     does not ask for them again (a new actor would get no task); while input waits, or an operator

@@ -210,7 +210,7 @@ def pool_view(o: OperatorSnapshot, wanted: int = 0, since_grew_s: float = math.i
 def inner_targets(snap: Snapshot, bounds: dict[str, Bounds], heap_bytes: dict[str, float], *,
                   memory_limit_bytes: int | None, settings: TridentSettings,
                   skip: frozenset[str] = frozenset(), wanted: dict[str, int] | None = None,
-                  since_grew: dict[str, float] | None = None,
+                  since_grew: dict[str, float] | None = None, rolling_out: bool = False,
                   ) -> tuple[list[OperatorTarget], list[str], dict[str, int]]:
     """Pool sizes Ray's rule asks for, within bounds, memory and free resources; (targets,
     reasons: one per target, then one per pool the room held at its size, held back: the size
@@ -220,7 +220,9 @@ def inner_targets(snap: Snapshot, bounds: dict[str, Bounds], heap_bytes: dict[st
     grows only once a task of it has finished: a reading before that is a floor of the heap a
     task holds, not the heap to plan with. ``skip``: pools a rollout is moving.
     ``wanted``: the previous step's held-back sizes (asked for again while input is queued).
-    ``since_grew``: seconds since each pool last grew (:class:`Growth`)."""
+    ``since_grew``: seconds since each pool last grew (:class:`Growth`). A pool below its bound's
+    floor grows to it in the room held for it (``room_of`` charges the floor), unless a rollout is
+    under way (``rolling_out``: its later phases bring the pools they name to their floors in turn)."""
     pools = [o for o in snap.operators if o.config.kind == "actor" and not o.completed and o.name not in skip
              and o.config.replicas is not None]
     holding = {o.name: max(o.config.replicas or 0, bounds[o.name].lo if o.name in bounds else 0)
@@ -268,6 +270,8 @@ def inner_targets(snap: Snapshot, bounds: dict[str, Bounds], heap_bytes: dict[st
             blocked[n] = "its heap per replica is not measured yet (memory limit)"
         elif memory_limit_bytes is not None and o.tasks_finished == 0:
             blocked[n] = "no task of it has finished, its heap read mid-task only, under the memory limit"
+        elif granted[n] < holding[n] and not rolling_out:  # to its floor: the room holds these replicas
+            granted[n] += 1
         elif not room.fits(o, h):
             blocked[n] = _short(room, o, h)
         elif not kept.fits(o, h):

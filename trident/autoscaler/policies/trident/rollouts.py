@@ -94,7 +94,8 @@ def inner(st: PolicyState, snap: Snapshot, now: float, notes: list[str], decisio
     holds below what Ray's rule asks (once per pool and size asked)."""
     targets, reasons, held = inner_targets(
         st.learned.within(snap), st.bounds, st.heaps(snap), memory_limit_bytes=st.limit(snap),
-        settings=st.settings, skip=st.phases.operators(), wanted=st.held_back, since_grew=st.growth.since(snap))
+        settings=st.settings, skip=st.phases.operators(), wanted=st.held_back, since_grew=st.growth.since(snap),
+        rolling_out=st.phases.active)
     holds = {r.split(" held at ")[0]: r for r in reasons[len(targets):]}
     new_holds = [f"inner loop: {r}" for n, r in holds.items() if st.held_back.get(n) != held.get(n)]
     st.held_back = held
