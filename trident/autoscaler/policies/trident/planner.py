@@ -110,12 +110,9 @@ def _roll_out(st: PolicyState, snap: Snapshot, ops, prob, planning, result, now:
     steps = "; ".join(s.reason for s in rollout.steps) + (f"; {trial.reason} (folded into the scale-up: "
                                                           f"its new replicas start at the trial's batch)"
                                                           if trial is not None else "")
-    reason = (f"plan: {result.reason}; {rollout.reason}; from {rates}; steps: {steps} | now: "
-              + "; ".join(s.reason for s in phase))
-    caps, held = hold_running_tasks(snap) if moves(rollout.steps) else ((), "")
-    decision = st.issue(tuple(s.target for s in phase) + caps, reason + held, now, [*notes, *result.notes],
-                        kind=DecisionKind.PLAN)
-    st.phases.plan_seq = st.plan_seq
+    decision = st.issue_phase(phase, f"plan: {result.reason}; {rollout.reason}; from {rates}; steps: {steps}", now,
+                              [*notes, *result.notes], kind=DecisionKind.PLAN,
+                              held=hold_running_tasks(snap) if moves(rollout.steps) else ((), ""))
     st.history_runs = tuple(sorted({e.history for e in planning.rates.values() if e.history}))
     st.check.expect(st.plan_seq, dict(st.predicted), now, cold_start_s=max(cold_starts.values(), default=0.0))
     return decision
@@ -151,11 +148,8 @@ def explore_types(st: PolicyState, snap: Snapshot, ops, prob, now: float, notes:
     rollout = plan_rollout({o.name: o.config for o in ops}, tuple(t for t, _ in pins),
                            RolloutInputs(0.0, 0.0, remaining_rows=None, cold_start_s={}, utilisation={}))
     phase = st.phases.start(rollout.phases(), now)
-    reason = "; ".join(why for _, why in pins) + " | now: " + "; ".join(x.reason for x in phase)
-    caps, held = hold_running_tasks(snap) if moves(rollout.steps) else ((), "")
-    decision = st.issue(tuple(x.target for x in phase) + caps, reason + held, now, notes, kind=DecisionKind.PLAN)
-    st.phases.plan_seq = st.plan_seq
-    return decision
+    return st.issue_phase(phase, "; ".join(why for _, why in pins), now, notes, kind=DecisionKind.PLAN,
+                          held=hold_running_tasks(snap) if moves(rollout.steps) else ((), ""))
 
 
 def _retry_limit(st: PolicyState, prob):

@@ -53,10 +53,7 @@ def rollout(st: PolicyState, snap: Snapshot, now: float, notes: list[str]) -> De
         return Decision(time_s=now, reason="rollout complete" + (" (timed out waiting)" if timed_out else ""),
                         notes=tuple(notes), kind=DecisionKind.ROLLOUT)
     after = f" ({stuck.obstacle})" if stuck is not None else " after a timeout" if timed_out else ""
-    reason = f"rollout: next phase{after} | now: " + "; ".join(x.reason for x in phase)
-    decision = st.issue(tuple(x.target for x in phase), reason, now, notes, kind=DecisionKind.ROLLOUT)
-    st.phases.plan_seq = st.plan_seq
-    return decision
+    return st.issue_phase(phase, f"rollout: next phase{after}", now, notes, kind=DecisionKind.ROLLOUT)
 
 
 def replan(st: PolicyState, stuck: Stuck, snap: Snapshot, now: float, notes: list[str]) -> Decision:

@@ -129,6 +129,16 @@ class PolicyState:
         plan = Plan(seq=self.plan_seq, targets=targets, reason=reason, created_at_s=now)
         return Decision(time_s=now, reason=reason, plan=plan, notes=tuple(notes), kind=kind)
 
+    def issue_phase(self, phase, reason: str, now: float, notes: list[str], *, kind: DecisionKind,
+                    held: tuple[tuple[OperatorTarget, ...], str] = ((), "")) -> Decision:
+        """A decision issuing a rollout ``phase`` (its steps' targets and reasons after ``reason``,
+        and ``held``: task caps with the words for them); the phases note the plan it rides on."""
+        caps, words = held
+        decision = self.issue(tuple(s.target for s in phase) + caps,
+                              f"{reason} | now: " + "; ".join(s.reason for s in phase) + words, now, notes, kind=kind)
+        self.phases.plan_seq = self.plan_seq
+        return decision
+
     def _pinned_unnamed(self, exclude: set[str]) -> tuple[OperatorTarget, ...]:
         """A target for each pool the planner pinned (bounds ``n..n``) that no target has named yet,
         added to a decision issued anyway: until one names it, Ray's own rule still drives it

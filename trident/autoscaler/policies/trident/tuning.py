@@ -145,12 +145,8 @@ def _trial(st: PolicyState, trial: tuner.Trial, snap: Snapshot, now: float, note
                                   f"replica(s), {how}"),)]
     st.bounds[t.name] = Bounds(lo=t.replicas, hi=t.replicas, why="the batch-size trial")
     phase = st.phases.start(phases, now, trial=True)
-    reason = f"{trial.reason} | now: " + "; ".join(x.reason for x in phase)
-    caps, held = hold_running_tasks(snap) if swap else ((), "")
-    decision = st.issue(tuple(x.target for x in phase) + caps, reason + held, now, notes,
-                        kind=DecisionKind.TUNE)
-    st.phases.plan_seq = st.plan_seq
-    return decision
+    return st.issue_phase(phase, trial.reason, now, notes, kind=DecisionKind.TUNE,
+                          held=hold_running_tasks(snap) if swap else ((), ""))
 
 
 def _beside_old(trial: tuner.Trial, n: int) -> tuner.Trial:
