@@ -66,12 +66,12 @@ def _sim(case: Case) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     sim._advance(0.5)
     st = sim.ops[1]
     for t in case.targets:
-        sim._apply(OperatorTarget(name="model", replicas=t))
+        sim.actuation.apply(OperatorTarget(name="model", replicas=t))
 
     def observe():
-        serving = sum(g.count for g in st.groups if sim._is_warm(g) and g.release_at_s is None)
+        serving = sum(g.count for g in st.groups if sim.actuation.is_warm(g) and g.release_at_s is None)
         draining = sum(g.count for g in st.groups if g.release_at_s is not None)
-        return serving, draining, sum(g.count for g in st.groups if not sim._is_warm(g))
+        return serving, draining, sum(g.count for g in st.groups if not sim.actuation.is_warm(g))
 
     now = observe()
     for _ in range(4):  # a batch of 10 rows at 10 rows/s: one second
@@ -184,12 +184,12 @@ def _sim_swap(n: int, size: int) -> list[int]:
     """A swap of ``n`` replicas to ``size`` at another batch on the simulator: replicas serving
     (warm, not released) at each half-second step until all are new."""
     sim, st = _warm_pool(n)
-    sim._apply(OperatorTarget(name="model", batch_size=20, replicas=size, swap=True))
+    sim.actuation.apply(OperatorTarget(name="model", batch_size=20, replicas=size, swap=True))
     serving = []
     for _ in range(60):
         sim._advance(0.5)
         assert sum(g.count for g in st.groups) <= max(n, size)
-        serving.append(sum(g.count for g in st.groups if sim._is_warm(g) and g.release_at_s is None))
+        serving.append(sum(g.count for g in st.groups if sim.actuation.is_warm(g) and g.release_at_s is None))
         if not any(g.retiring for g in st.groups) and serving[-1] == size:
             break
     assert all(g.batch_size == 20 for g in st.groups) and serving[-1] == size, st.groups
@@ -295,7 +295,7 @@ def _typed_sim(replicas: int, gpus_a: int, gpus_b: int, target: OperatorTarget):
     st = sim.ops[1]
     assert sorted((g.gpu_type, g.count) for g in st.groups) == [("A", min(replicas, gpus_a)),
                                                                ("B", replicas - min(replicas, gpus_a))]
-    sim._apply(target)
+    sim.actuation.apply(target)
     sim._advance(0.5)
     return sim, st, {t: sum(g.count for g in st.groups if g.gpu_type == t and g.release_at_s is None)
                      for t in ("A", "B")}
@@ -344,11 +344,11 @@ def _slots_sim(running: int, target: int, slots: int) -> list[tuple[int, int, in
         sim._advance(0.5)
 
     def observe():
-        warm = sum(g.count for g in st.groups if sim._is_warm(g))
+        warm = sum(g.count for g in st.groups if sim.actuation.is_warm(g))
         waiting = sum(g.count for g in st.groups if g.ready_at_s is None)
         return warm, sum(g.count for g in st.groups) - warm - waiting, waiting
 
-    sim._apply(OperatorTarget(name="model", replicas=target))
+    sim.actuation.apply(OperatorTarget(name="model", replicas=target))
     seen = [observe()]
     for _ in range(3):  # one cold start: the replicas started first are up
         sim._advance(0.5)
@@ -381,7 +381,7 @@ def test_a_rolling_update_that_shrinks_the_pool_retires_every_old_actor_on_the_s
 
 def test_a_rolling_update_that_shrinks_the_pool_retires_every_old_replica_on_the_simulator():
     sim, st = _warm_pool(5)
-    sim._apply(OperatorTarget(name="model", batch_size=20, replicas=2))
+    sim.actuation.apply(OperatorTarget(name="model", batch_size=20, replicas=2))
     for _ in range(20):
         sim._advance(0.5)
     assert sum(g.count for g in st.groups) == 2 and all(g.batch_size == 20 for g in st.groups), st.groups

@@ -8,10 +8,11 @@ leave GPU actors pending. A replica without GPUs goes to a node without GPUs whi
 else to the node with the most free CPUs."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from trident.autoscaler.actuation import PENDING_GUARD_S, swap_window
-from trident.autoscaler.sim.model import SimOperator
+from trident.autoscaler.sim.model import PipelineSpec, Regime, SimOperator
 from trident.core.types import OperatorTarget
 
 
@@ -69,8 +70,21 @@ class _OpState:
 
 
 class Actuation:
-    """Plan application and replica bookkeeping for :class:`~trident.autoscaler.sim.pipeline.PipelineSim`
-    (which holds ``spec``, ``ops``, ``time_s``, ``reconfigurations`` and ``_regime``)."""
+    """Plan application and replica bookkeeping of a :class:`~trident.autoscaler.sim.pipeline.PipelineSim`:
+    the operators' replica groups (``ops``, shared with the simulator, which moves rows through
+    them), read at the simulator's clock (``now``, seconds) and with each operator's regime
+    (``regime(index, op)``, for a drained replica's last batch)."""
+
+    def __init__(self, spec: PipelineSpec, ops: list[_OpState], *, now: Callable[[], float],
+                 regime: Callable[[int, _OpState], Regime]) -> None:
+        self.spec, self.ops = spec, ops
+        self._now, self._regime = now, regime
+        self.reconfigurations = 0
+        """Targets applied that changed an operator's configuration or replica count."""
+
+    @property
+    def time_s(self) -> float:
+        return self._now()
 
     # --- resources -------------------------------------------------------------------
 
@@ -99,7 +113,7 @@ class Actuation:
             return [k for t in order for k, f in enumerate(free) if f[2] == t]
         return sorted(range(len(free)), key=lambda k: (free[k][2] is not None, -free[k][0], k))
 
-    def _start_pending(self) -> None:
+    def start_pending(self) -> None:
         """Start waiting groups, in order, while a node has room (partially when it has some)
         and, for actors, while fewer than ``spec.start_slots`` replicas are starting (then to the
         operators with the smallest share of their target started first, as the shim)."""
@@ -148,7 +162,7 @@ class Actuation:
 
     # --- plan application ------------------------------------------------------------
 
-    def _apply(self, target: OperatorTarget) -> None:
+    def apply(self, target: OperatorTarget) -> None:
         st = next((s for s in self.ops if s.spec.name == target.name), None)
         if st is None:
             return
@@ -162,7 +176,7 @@ class Actuation:
         if changed_cfg and st.spec.kind == "actor":
             type_only = (new_batch, new_gpus) == (st.batch_size, st.num_gpus)
             for g in st.groups:
-                if not self._is_warm(g):
+                if not self.is_warm(g):
                     g.count = 0  # pending replicas would come up with the old configuration
                 elif type_only and g.gpu_type == new_type and g.release_at_s is None and not g.retiring:
                     g.kept, g.accelerator_type = True, new_type  # what a new replica would be
@@ -195,16 +209,16 @@ class Actuation:
         elif n < live and not st.swap:
             self._remove(st, live - n)
         st.config_replicas = n
-        self._start_pending()
+        self.start_pending()
 
     def _remove(self, st: _OpState, k: int) -> None:
         """Scale down by ``k``: pending replicas are cancelled first (the newest first), then warm
         ones are drained: they finish the batch they hold and go (:meth:`_drain`)."""
         order = sorted((g for g in st.groups if not g.retiring and g.release_at_s is None),
-                       key=lambda g: (self._is_warm(g), -(g.ready_at_s or 0.0)))
+                       key=lambda g: (self.is_warm(g), -(g.ready_at_s or 0.0)))
         for g in order:
             take = min(k, g.count)
-            if self._is_warm(g):
+            if self.is_warm(g):
                 self._drain(st, g, take)
             else:
                 g.count -= take
@@ -213,7 +227,8 @@ class Actuation:
                 break
         st.groups = [g for g in st.groups if g.count > 0]
 
-    def _is_warm(self, g: _Group) -> bool:
+    def is_warm(self, g: _Group) -> bool:
+        """Whether ``g``'s replicas are up (started and past their cold start)."""
         return g.ready_at_s is not None and g.ready_at_s <= self.time_s
 
     def _drain(self, st: _OpState, g: _Group, k: int) -> None:
@@ -228,7 +243,7 @@ class Actuation:
                                 accelerator_type=g.accelerator_type, ready_at_s=g.ready_at_s, gpu_type=g.gpu_type,
                                 node=g.node, retiring=g.retiring, release_at_s=self.time_s + batch_s))
 
-    def _finish_rollouts(self) -> None:
+    def finish_rollouts(self) -> None:
         """Release drained replicas whose batch is done; in a rolling update retire one old
         replica for each new one that is warm (all that are left once the new pool is complete),
         and one to make room when no new replica has started for ``PENDING_GUARD_S`` (as the
@@ -244,7 +259,7 @@ class Actuation:
                 for g in st.groups:
                     g.kept = False
                 continue
-            warm_new = sum(g.count for g in st.groups if not g.retiring and not g.kept and self._is_warm(g)
+            warm_new = sum(g.count for g in st.groups if not g.retiring and not g.kept and self.is_warm(g)
                            and g.release_at_s is None)
             k = max(0, warm_new - st.retired)
             kept = sum(g.count for g in st.groups if g.kept and g.release_at_s is None)
@@ -287,7 +302,7 @@ class Actuation:
         if new < most - alive_old:
             st.groups.append(_Group(count=most - alive_old - new, batch_size=st.batch_size, num_gpus=st.num_gpus,
                                     accelerator_type=st.accelerator_type, ready_at_s=None))
-        starting = sum(g.count for g in st.groups if not g.retiring and not self._is_warm(g))
+        starting = sum(g.count for g in st.groups if not g.retiring and not self.is_warm(g))
         draining = sum(g.count for g in st.groups if g.retiring and g.release_at_s is not None)
         leave = swap_window(n, alive_old, sum(g.count for g in st.groups if g.kept)) - draining - starting
         if any(g.kept for g in st.groups):  # old replicas beyond the target once kept and new ones count

@@ -75,7 +75,7 @@ class SimResult:
     """Every snapshot the policy saw (what :func:`trident.history.lessons.learn` reads)."""
 
 
-class PipelineSim(Actuation):
+class PipelineSim:
     """Runs one :class:`PipelineSpec` under one policy; see the module docstring."""
 
     def __init__(self, spec: PipelineSpec, *, policy: str | Policy, seed: int = 0, interval_s: float = 1.0,
@@ -92,12 +92,12 @@ class PipelineSim(Actuation):
         self.time_s = 0.0
         self.source_left = float(spec.total_rows)
         self.oom_kills = 0
-        self.reconfigurations = 0
         self.applied_seq = 0
         self.ops = [self._initial(o) for o in spec.operators]
+        self.actuation = Actuation(spec, self.ops, now=lambda: self.time_s, regime=self._regime)
         self.timeline: list[TimelinePoint] = []
         self.snapshots: list[Snapshot] = []
-        self._start_pending()
+        self.actuation.start_pending()
 
     def _initial(self, o: SimOperator) -> _OpState:
         g = _Group(count=o.replicas, batch_size=o.batch_size, num_gpus=o.num_gpus, accelerator_type=o.accelerator_type,
@@ -133,11 +133,11 @@ class PipelineSim(Actuation):
                                         accelerator_type=g.accelerator_type, ready_at_s=None))
         for st in self.ops:
             st.groups = [g for g in st.groups if g.count > 0]
-        self._start_pending()
+        self.actuation.start_pending()
 
     def _advance(self, dt: float) -> None:
-        self._finish_rollouts()
-        self._start_pending()
+        self.actuation.finish_rollouts()
+        self.actuation.start_pending()
         self._oom()
         for i, st in enumerate(self.ops):
             spec, reg = st.spec, self._regime(i, st)
@@ -260,12 +260,12 @@ class PipelineSim(Actuation):
             if decision.plan is not None and decision.plan.seq != self.applied_seq:
                 self.applied_seq = decision.plan.seq
                 for t in decision.plan.targets:
-                    self._apply(t)
+                    self.actuation.apply(t)
         src = self.spec.total_rows - self.source_left
         return SimResult(
             policy=self.policy_name, wall_s=self.time_s, rows_out=self.ops[-1].rows_out, source_rows=int(round(src)),
             finished=self.ops[-1].completed, throughput_rows_per_s=src / self.time_s if self.time_s else 0.0,
-            reconfigurations=self.reconfigurations, oom_kills=self.oom_kills,
+            reconfigurations=self.actuation.reconfigurations, oom_kills=self.oom_kills,
             decisions=tuple(self.loop.decisions), timeline=tuple(self.timeline), snapshots=tuple(self.snapshots))
 
 
