@@ -15,11 +15,10 @@ Contenders: fifo, sjf (oracle: true durations), tiresias/eager, tiresias/lazy, r
 shipped weights, smallest-first (fewest GPUs first: an observable order), sef and sref/lazy
 (shortest expected (remaining) run time first, from the run times of finished jobs of the same
 application and GPUs: observable), srtf/lazy (oracle), and rltune with other weights
-(``--weights``), rltune/lazy (the shipped policy as spelled: non-preemptive, so the pass never
-evicts and it is plain rltune) and rltune-pre/lazy (``RLTunePolicy(preemptive=True)``: running
-jobs merged into the net's order by expected remaining time, the lazy preemptor deciding).
+(``--weights``) and rltune/lazy (``rltune`` with a preemptor ranks running jobs too, merged
+into the net's order by expected remaining time; the lazy preemptor decides).
 
-A contender ending in ``+warm`` (e.g. ``rltune+warm``, ``sef+warm``, ``rltune-pre/lazy+warm``)
+A contender ending in ``+warm`` (e.g. ``rltune+warm``, ``sef+warm``, ``rltune/lazy+warm``)
 starts with a warmed run-time history: the finished jobs of the training traces (Pollux
 workloads 1-2 at load 1 for the Pollux cells; the Philly training trace of seed 0 at load 1
 for the Philly cells), booked in the order they finished when replayed under fifo with the
@@ -44,9 +43,8 @@ from pathlib import Path
 import numpy as np
 
 import trident.jobs  # noqa: F401  (registers plug-ins)
-from trident.jobs.base import JOB_POLICIES, PLACERS, PREEMPTORS
+from trident.jobs.base import JOB_POLICIES, PLACERS, PREEMPTORS, create_policy
 from trident.jobs.predict import RunTimeHistory
-from trident.jobs.rltune import RLTunePolicy
 from trident.sim.compare import result_document
 from trident.sim.engine import EngineConfig, Simulator
 from trident.sim.metrics import summarize
@@ -58,9 +56,9 @@ POLLUX_DIRS = {1.0: "workloads", 1.5: "workloads-1.5", 2.0: "workloads-2.0"}
 PHILLY = "seed=1/103959.trace"
 PHILLY_LOADS = (1.0, 1.5, 2.0, 3.0)
 CONTENDERS = ("fifo", "sjf", "tiresias/eager", "tiresias/lazy", "rltune", "smallest-first", "sef", "sref/lazy",
-              "srtf/lazy", "rltune-calibrated", "rltune/lazy", "rltune-pre/lazy")
+              "srtf/lazy", "rltune-calibrated", "rltune/lazy")
 WARM = "+warm"
-HISTORY_READERS = ("rltune", "rltune-calibrated", "rltune-pre", "sef", "sref")
+HISTORY_READERS = ("rltune", "rltune-calibrated", "sef", "sref")
 """Policies that read the run-time history (the ones a ``+warm`` suffix applies to)."""
 PHILLY_TRAIN = "seed=0/0e4a51.trace"
 
@@ -119,13 +117,11 @@ def replay(contender: str, nodes, jobs, seed: int, weights: Path | None, history
     name, _, preemptor = contender.removesuffix(WARM).partition("/")
     kw = {} if history is None else {"history": history.copy()}
     if name == "rltune-calibrated":
-        policy = RLTunePolicy(weights=weights, **kw)
-    elif name == "rltune-pre":
-        policy = RLTunePolicy(preemptive=True, **kw)
+        policy = create_policy("rltune", preemptor or None, weights=weights, **kw)
     elif name == "smallest-first":
         policy = SmallestFirst()
     else:
-        policy = JOB_POLICIES.create(name, **kw)
+        policy = create_policy(name, preemptor or None, **kw)
     placer = PLACERS.create(getattr(policy, "placer", None) or "first-fit")
     sim = Simulator(nodes=nodes, policy=policy, placer=placer,
                     preemptor=PREEMPTORS.create(preemptor) if preemptor else None, config=EngineConfig(seed=seed))
@@ -204,7 +200,7 @@ def main() -> int:
                               benchmark="job_layer_remeasure")
         args.out.mkdir(parents=True, exist_ok=True)
         seen = {(r["workload"], r["load"]) for r in rows}
-        doc["rows"] += [r for r in old if (r["workload"], r["load"]) not in seen]
+        doc["rows"] = rows + [r for r in old if (r["workload"], r["load"]) not in seen]  # cells not run yet
         path.write_text(json.dumps(doc, indent=2) + "\n")
     plot(doc["rows"], list(dict.fromkeys(r["policy"] for r in doc["rows"])),
          args.out / f"{args.stem}.png")

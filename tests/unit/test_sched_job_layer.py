@@ -126,3 +126,15 @@ def test_gavel_ranks_the_job_furthest_behind_its_isolated_run_first():
     short_waited = _view("short", 0, 100)     # rho = (1000 + 100) / 100
     long_waited = _view("long", 0, 10000)     # rho = (1000 + 10000) / 10000
     assert gav.order(_state(1000, [long_waited, short_waited]), RNG) == ("short", "long")
+
+
+def test_a_policy_that_can_rank_running_jobs_does_so_only_beside_a_preemptor_that_may_evict():
+    from trident.jobs.base import create_policy
+    from trident.jobs.scheduler import JobScheduler
+
+    assert create_policy("rltune", "lazy").preemptive and create_policy("rltune", "eager").preemptive
+    assert not create_policy("rltune", None).preemptive and not create_policy("rltune", "never").preemptive
+    assert not create_policy("fifo", "lazy").preemptive  # a policy that never ranks running jobs is left as it is
+    assert create_policy("srtf", None).preemptive  # and one that always does
+    assert JobScheduler(policy="rltune", preemption="lazy").policy.preemptive
+    assert not JobScheduler(policy="rltune").policy.preemptive

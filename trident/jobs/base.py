@@ -362,3 +362,14 @@ class Preemptor(Protocol):
 JOB_POLICIES: Registry[JobPolicy] = Registry("job policy")
 PLACERS: Registry[Placer] = Registry("placer")
 PREEMPTORS: Registry[Preemptor] = Registry("preemptor")
+
+
+def create_policy(name: str, preemption: str | None, **kwargs) -> JobPolicy:
+    """The registered policy ``name``, paired with the preemptor named ``preemption``: a policy
+    that may rank running jobs too (one whose class sets ``ranks_running``, as ``rltune``) does
+    so under a preemptor that may evict (any but ``never``), so that the preemptor has victims
+    to judge; with none, it orders the queue alone."""
+    factory = JOB_POLICIES.get(name)
+    if getattr(factory, "ranks_running", False) and preemption not in (None, "never"):
+        kwargs.setdefault("preemptive", True)
+    return factory(**kwargs)

@@ -2,13 +2,13 @@
 
 Weights ship in the package (``rltune.pt``, written by ``benchmarks/train_rltune.py``;
 they read the run-time-history features, fed by :meth:`RLTunePolicy.observe_finish`).
-Non-preemptive (as RLTune) by default; places with the ``milp`` placer by default.
-``preemptive=True`` also ranks running jobs (the net scores only queued ones): a running job
-goes before the first queued job (in the net's order) whose expected run time from the
-history exceeds the running job's expected remaining time (``sref``'s estimates), so a
-preemptor (``lazy``) may evict only jobs expected to run longer than the blocked one. A
-pass never evicts under a non-preemptive policy, so ``rltune`` with a preemptor and
-``preemptive=False`` is plain ``rltune``. ``history`` hands the policy a pre-filled
+Non-preemptive (as RLTune) alone; places with the ``milp`` placer by default.
+``preemptive=True`` (what the name with a preemptor that may evict builds, ``rltune/lazy``:
+:func:`~trident.jobs.base.create_policy`) also ranks running jobs (the net scores only queued
+ones): a running job goes before the first queued job (in the net's order) whose expected run
+time from the history exceeds the running job's expected remaining time (``sref``'s
+estimates), so a preemptor (``lazy``) may evict only jobs expected to run longer than the
+blocked one. A pass never evicts under a non-preemptive policy. ``history`` hands the policy a pre-filled
 :class:`~trident.jobs.predict.RunTimeHistory` (finished jobs seen before this run). With
 ``explore=True`` it samples its picks and records its decisions in ``rollout`` (for
 training); with ``fine_tune=True`` :meth:`RLTunePolicy.fine_tune` takes a small
@@ -59,6 +59,8 @@ class RLTunePolicy:
 
     name = "rltune"
     preemptive = False
+    ranks_running = True
+    """Ranks running jobs too when paired with a preemptor that may evict (:func:`~trident.jobs.base.create_policy`)."""
     oracle = False
     placer = "milp"
 

@@ -31,8 +31,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from trident.core.errors import ConfigError, TridentError
-from trident.jobs.base import (JOB_POLICIES, PLACERS, PREEMPTORS, Allocation, EwmaArrivalPredictor, Job,
-                                JobPolicy, JobView, Placer, Preemptor)
+from trident.jobs.base import (PLACERS, PREEMPTORS, Allocation, EwmaArrivalPredictor, Job,
+                                JobPolicy, JobView, Placer, Preemptor, create_policy)
 from trident.jobs.capacity import Cluster
 from trident.jobs.cluster_view import rebuild
 from trident.jobs.dispatch import Decision, PassConfig, SchedulingPass
@@ -140,9 +140,10 @@ class JobScheduler:
                  placement: str | Placer | None = None, seed: int = 0, poll_s: float = 0.05,
                  node_refresh_s: float = 1.0, tick_s: float | None = 300.0, limits: PassConfig | None = None,
                  clock: Callable[[], float] | None = None, backend: Any = None) -> None:
-        self.policy: JobPolicy = JOB_POLICIES.create(policy) if isinstance(policy, str) else policy
         if isinstance(preemption, str) and preemption not in _PREEMPTION:
             raise ConfigError("preemption", preemption, " | ".join(repr(p) for p in _PREEMPTION))
+        self.policy: JobPolicy = create_policy(policy, preemption if isinstance(preemption, str) else getattr(
+            preemption, "name", None)) if isinstance(policy, str) else policy
         self.preemptor: Preemptor = PREEMPTORS.create(preemption) if isinstance(preemption, str) else preemption
         if placement is None:
             placement = getattr(self.policy, "placer", "first-fit")
@@ -424,8 +425,9 @@ class JobScheduler:
                 r.cold_since = now
             elif not run.cold_starting and r.cold_since is not None and any(e.snapshots for e in run.executions):
                 r.cold_since = None
+                if r.setup_ends_at is None:  # its own start; a lent GPU's warm-up is no setup (it runs meanwhile)
+                    r.observed_setup_s.append(r.setup_s)
                 r.setup_ends_at = now
-                r.observed_setup_s.append(r.setup_s)
                 r.events.append((now, f"warm (actors started in {r.setup_s:.1f} s)"))
             elif r.cold_since is None:
                 continue
@@ -471,6 +473,7 @@ class JobScheduler:
             if self.queue:
                 self.passes += 1
                 out = self._pass(self, now, self._cluster.total_gpus_by_model())
+                self._pass_due = False  # what it evicted it placed around already (as the simulator's pass)
                 self.decisions.extend(out.decisions)
                 for t in out.wake_at_s:
                     if t not in self._due:

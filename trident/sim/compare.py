@@ -19,7 +19,7 @@ import numpy as np
 
 import trident.jobs  # noqa: F401  (registers the built-in plug-ins)
 from trident.core.errors import ConfigError
-from trident.jobs.base import JOB_POLICIES, PLACERS, PREEMPTORS, Job, Node
+from trident.jobs.base import PLACERS, PREEMPTORS, Job, Node, create_policy
 from trident.sim.engine import EngineConfig, SimResult, Simulator
 from trident.sim.metrics import summarize
 
@@ -48,7 +48,7 @@ class Entry:
 def simulate(entry: Entry, nodes: Sequence[Node], jobs: Sequence[Job], config: EngineConfig, *,
              progress: Callable[[int, int], None] | None = None) -> SimResult:
     """Build the named plug-ins fresh and replay ``jobs``."""
-    policy = JOB_POLICIES.create(entry.policy)
+    policy = create_policy(entry.policy, entry.preemptor)
     placer = PLACERS.create(entry.placer or getattr(policy, "placer", None) or "first-fit")
     preemptor = PREEMPTORS.create(entry.preemptor) if entry.preemptor else None
     return Simulator(nodes=nodes, policy=policy, placer=placer, preemptor=preemptor,

@@ -136,7 +136,7 @@ class SimResult:
 
 class _Run:
     __slots__ = ("job", "setup_s", "rewarm_s", "remaining", "state", "enqueued_at", "wait", "attained", "start_at",
-                 "setup_end", "alloc", "speed", "preemptions", "futile", "setup_gpu_s", "first_start",
+                 "setup_end", "alloc", "speed", "preemptions", "futile", "setup_gpu_s", "own_setup_s", "first_start",
                  "finish", "version", "view", "shape", "width", "groups", "progress_at", "base", "extra",
                  "lost_gpu_s")
 
@@ -157,6 +157,8 @@ class _Run:
         self.preemptions = 0
         self.futile = 0
         self.setup_gpu_s = 0.0
+        self.own_setup_s = 0.0
+        """Seconds its attempts spent in their own setups (a lent GPU's warm-up left out: the job runs meanwhile)."""
         self.lost_gpu_s = 0.0
         """GPU-seconds of progress lost to restarts from zero."""
         self.first_start = math.nan
@@ -313,7 +315,9 @@ class Simulator:
 
         def stop(r: _Run, now: float) -> None:
             g = r.job.num_gpus
-            r.setup_gpu_s += (min(now, r.groups[0][0]) - r.start_at) * g
+            own = min(now, r.groups[0][0]) - r.start_at
+            r.own_setup_s += own
+            r.setup_gpu_s += own * g
             unlend(r, now)
             r.attained += now - r.start_at
             cluster.release(r.job, r.alloc)
@@ -419,7 +423,7 @@ class Simulator:
                     r.finish = now
                     r.view = None
                     if finished_hook is not None:
-                        finished_hook(r.job, max(0.0, r.attained - r.setup_gpu_s / r.job.num_gpus))
+                        finished_hook(r.job, max(0.0, r.attained - r.own_setup_s))
                     done += 1
                     if progress is not None and done % progress_every == 0:
                         progress(done, total)

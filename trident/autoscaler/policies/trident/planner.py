@@ -43,12 +43,36 @@ def plan(st: PolicyState, snap: Snapshot, now: float, notes: list[str]) -> Decis
     if result.status == "failed":
         return _no_plan(st, result, limited.time_limit_s, now, notes)
     st.solve_failures = 0
-    if not result.changed:  # the allocation is settled: the bottleneck on another type, or its batch size
-        _bound(st, ops, {o.name: o.config.replicas for o in ops if _estimated(o, planning)}, "the plan")
-        slowest = explore.bottleneck(prob, ops, st.settings.explore_cold_starts)
-        explored = explore_types(st, snap, ops, prob, now, notes, only=slowest)
-        return explored or tuning.tune(st, snap, ops, prob, planning, now, notes, result.reason)
-    return _roll_out(st, snap, ops, prob, planning, result, now, notes)
+    near = _near_gain(st, limited, result)
+    if not result.changed and near is None:
+        return _settled(st, snap, ops, prob, planning, now, notes, result.reason)
+    if near is not None:
+        notes = [*notes, f"{result.reason} for {st.near_gains} looks in a row: taken if it pays"]
+        result = near
+    return _roll_out(st, snap, ops, prob, planning, result, now, notes, settled_if_not=near is not None)
+
+
+def _settled(st: PolicyState, snap: Snapshot, ops, prob, planning, now: float, notes: list[str],
+             reason: str) -> Decision:
+    """The allocation is settled: the bottleneck on another type (:mod:`.explore`), or its batch size."""
+    _bound(st, ops, {o.name: o.config.replicas for o in ops if _estimated(o, planning)}, "the plan")
+    slowest = explore.bottleneck(prob, ops, st.settings.explore_cold_starts)
+    explored = explore_types(st, snap, ops, prob, now, notes, only=slowest)
+    return explored or tuning.tune(st, snap, ops, prob, planning, now, notes, reason)
+
+
+def _near_gain(st: PolicyState, prob, result):
+    """The best plan, once ``near_gain_looks`` looks in a row have found one at least half the
+    hysteresis better than the current plan but under it (a gain that holds look after look is
+    no noise; the rollout gate still decides whether it pays); else ``None``."""
+    if result.status != "kept" or st.settings.near_gain_looks <= 0:
+        st.near_gains = 0
+        return None
+    best = solve_placement(replace(prob, hysteresis=0.0))
+    cur_t = best.current_throughput_rows_per_s or 0.0
+    gains = best.changed and cur_t > 0 and best.throughput_rows_per_s >= cur_t * (1 + prob.hysteresis / 2)
+    st.near_gains = st.near_gains + 1 if gains else 0
+    return best if gains and st.near_gains >= st.settings.near_gain_looks else None
 
 
 def _no_plan(st: PolicyState, result, time_limit_s: float, now: float, notes: list[str]) -> Decision:
@@ -65,9 +89,10 @@ def _no_plan(st: PolicyState, result, time_limit_s: float, now: float, notes: li
 
 
 def _roll_out(st: PolicyState, snap: Snapshot, ops, prob, planning, result, now: float,
-              notes: list[str]) -> Decision:
+              notes: list[str], *, settled_if_not: bool = False) -> Decision:
     """The solver's new allocation, rolled out where it pays for its cold starts; the plan's
-    prediction is recorded for :mod:`.check`."""
+    prediction is recorded for :mod:`.check`. ``settled_if_not``: the allocation in place counts
+    as settled when the new one does not pay (:func:`_settled`)."""
     targets = problem.targets(ops, result.allocation)
     tuner_before = tuning.tuner_state(st)
     targets, trial = tuning.fold_trial(st, snap, ops, prob, planning, result.allocation, targets)
@@ -91,6 +116,8 @@ def _roll_out(st: PolicyState, snap: Snapshot, ops, prob, planning, result, now:
                       **problem.memory_room(prob, result.allocation)))
     if not rollout.go:  # the allocation stays as it is: the batch-size search may still move
         tuning.restore_tuner(st, tuner_before)  # a folded trial that does not run is not counted
+        if settled_if_not:
+            return _settled(st, snap, ops, prob, planning, now, [*notes, rollout.reason], result.reason)
         return tuning.tune(st, snap, ops, prob, planning, now, [*notes, result.reason], rollout.reason)
     _bound(st, ops, {o.name: result.allocation.replicas(o.name) for o in ops if _estimated(o, planning)}, "the plan")
     if trial is not None:

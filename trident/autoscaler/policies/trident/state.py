@@ -70,6 +70,8 @@ class PolicyState:
     """Whether the planner looks at the next step, past the dwell and the planning interval."""
     solve_failures: int = 0
     """Solves in a row that found no plan (the next looks again, longer)."""
+    near_gains: int = 0
+    """Looks in a row that found a better plan under the hysteresis (:attr:`TridentSettings.near_gain_looks`)."""
     regimes_seen: int = 0
     """The observer's count of regime changes at the last step."""
     looked_per_type: bool = False
