@@ -146,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
                                     f"Ray's rule, {stats['share_at_least_0.98x']:.0%} at >= {LOSS}x")
     for seed in stats["losses"]:
         write_loss(seed, rows, out / "generated_losses", work_s=args.work_s)
+    for seed in {r["seed"] for r in rows} - set(stats["losses"]):  # a seed lost no more keeps no case
+        (out / "generated_losses" / f"seed-{seed}.json").unlink(missing_ok=True)
     print(json.dumps(stats, indent=1))
     print(f"wrote {out / name}.json and .png", file=sys.stderr)
     return 0
