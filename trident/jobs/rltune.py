@@ -8,8 +8,8 @@ Non-preemptive (as RLTune) alone; places with the ``milp`` placer by default.
 ones): a running job goes before the first queued job (in the net's order) whose expected run
 time from the history exceeds the running job's expected remaining time (``sref``'s
 estimates), so a preemptor (``lazy``) may evict only jobs expected to run longer than the
-blocked one. A pass never evicts under a non-preemptive policy. ``history`` hands the policy a pre-filled
-:class:`~trident.jobs.predict.RunTimeHistory` (finished jobs seen before this run). With
+blocked one. A pass never evicts under a non-preemptive policy. ``history`` hands the policy a
+pre-filled :class:`~trident.jobs.predict.RunTimeHistory` (finished jobs seen before this run). With
 ``explore=True`` it samples its picks and records its decisions in ``rollout`` (for
 training); with ``fine_tune=True`` :meth:`RLTunePolicy.fine_tune` takes a small
 PPO step (``PpoConfig.fine_tune_lr``) from the decisions recorded since the last call.

@@ -126,7 +126,9 @@ class JobRecord:
 class JobScheduler:
     """Admits, orders, places and (optionally) preempts jobs on the connected Ray cluster.
 
-    ``policy``, ``preemption`` and ``placement`` are registry names or plug-in objects.
+    ``policy``, ``preemption`` and ``placement`` are registry names or plug-in objects (a policy
+    named beside a preemptor that may evict ranks running jobs too where it can:
+    :func:`~trident.jobs.base.create_policy`).
     ``seed`` seeds the policy's random generator. ``poll_s``: the longest wait for
     attempts between passes; ``node_refresh_s``: how often it re-reads the cluster's nodes;
     ``tick_s``: under a preemptive policy, a pass at least this often while jobs wait and
