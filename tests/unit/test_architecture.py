@@ -108,7 +108,7 @@ def test_no_import_cycles():
 
 MODULE_LINES, FUNCTION_LINES = 400, 60
 LONG_MODULES = {
-    "trident/jobs/scheduler.py": "the JobScheduler: admission, the scheduling pass, Ray launch and preemption",
+    "trident/jobs/scheduler.py": "the JobScheduler: admission, its loop, the pass host (launch, eviction), nodes and outcomes",
     "trident/demos/bench.py": "the pipeline benchmark harness behind `trident bench` (workloads, watchdog, runs)",
     "trident/demos/suite.py": "the scenario suite's scenarios, runs and result tables",
     "trident/autoscaler/shim/shim.py": "the execution shim: observe, talk to the controller, actuate, in Ray's thread",

@@ -24,8 +24,7 @@ import itertools
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field, replace
-from enum import Enum
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -36,92 +35,12 @@ from trident.jobs.base import (PLACERS, PREEMPTORS, Allocation, EwmaArrivalPredi
 from trident.jobs.capacity import Cluster
 from trident.jobs.cluster_view import rebuild
 from trident.jobs.dispatch import Decision, PassConfig, SchedulingPass
-from trident.jobs.pipelines import PipelineRun, combine, held_gpus, lend
+from trident.jobs import lending
 from trident.jobs.ray_backend import Attempt, is_trainable
+from trident.jobs.records import JobRecord, JobState, job_view
 
+__all__ = ["JobRecord", "JobScheduler", "JobState"]
 _PREEMPTION = ("never", "eager", "lazy")
-COLD_RECHECK_S = 1.0
-"""While a pipeline's actors start, its setup is taken to end at least this far ahead (s): a
-preemptor delaying until then asks again about once a second, not at every poll."""
-
-
-class JobState(str, Enum):
-    """Where a job is. ``PREEMPTED``: evicted by a higher-ranked job and queued to restart."""
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    PREEMPTED = "preempted"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def terminal(self) -> bool:
-        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
-
-
-@dataclass
-class JobRecord:
-    """One submitted job: what it is, its state, where each attempt ran, what it returned.
-
-    ``setup_s`` is the setup time the preemptor assumes: declared at submission, replaced by
-    the last observed one (a trainable's start to the end of its ``setup``/``restore``).
-    ``checkpoint`` holds a preempted trainable's saved state until its next attempt.
-    """
-
-    job: Job
-    fn: Callable[..., Any]
-    args: tuple
-    kwargs: dict
-    state: JobState = JobState.QUEUED
-    attempts: int = 0
-    preemptions: int = 0
-    futile_preemptions: int = 0
-    """Preemptions while the job (or a pipeline's new actors) was still setting up."""
-    node_failures: int = 0
-    wait_s: float = 0.0
-    attained_s: float = 0.0
-    enqueued_at: float = 0.0
-    started_at: float | None = None
-    finished_at: float | None = None
-    allocation: Allocation | None = None
-    attempt_node_ids: list[str] = field(default_factory=list)
-    attempt: Attempt | None = None
-    setup_s: float = 0.0
-    setup_ends_at: float | None = None
-    observed_setup_s: list[float] = field(default_factory=list)
-    checkpoint: Any = None
-    checkpoints: int = 0
-    autoscale: dict | None = None
-    pipeline: PipelineRun | None = None
-    autoscale_run: Any = None
-    """A pipeline's ``trident.autoscale`` run (its record: budget actions, drains), kept after it ends."""
-    base_allocation: Allocation | None = None
-    extra: Allocation | None = None
-    """GPUs lent to a running pipeline above its minimum."""
-    cold_since: float | None = None
-    result: Any = None
-    error: BaseException | None = None
-    events: list[tuple[float, str]] = field(default_factory=list)
-
-    @property
-    def done(self) -> bool:
-        return self.state.terminal
-
-    @property
-    def ref(self) -> Any:
-        return self.attempt.ref if self.attempt is not None else None
-
-    @property
-    def max_gpus(self) -> float | None:
-        """A pipeline's most GPUs (``None`` for a job); its minimum is ``job.num_gpus``."""
-        return self.job.max_gpus
-
-    @property
-    def budget_gpus(self) -> float:
-        """GPUs a running pipeline may hold now (its minimum plus what is lent)."""
-        return held_gpus(self.job, self.extra)
-
 
 class JobScheduler:
     """Admits, orders, places and (optionally) preempts jobs on the connected Ray cluster.
@@ -354,7 +273,8 @@ class JobScheduler:
         for r in (self._records[j] for j in job_ids):
             r.futile_preemptions += self.running[r.job.job_id].in_setup(now)
             if r.max_gpus is not None:
-                self._shrink(r, now, reason)
+                lending.shrink(r, self._cluster, now, reason)
+                self._changed(r)
                 continue
             outcome = None
             if is_trainable(r.fn) and r.setup_ends_at is not None:
@@ -387,55 +307,12 @@ class JobScheduler:
         """Can a pass evict anything (so that every arrival is worth a pass)?"""
         return self._pass.may_evict(self)
 
-    # --- pipelines -----------------------------------------------------------------
-    def _shrink(self, r: JobRecord, now: float, reason: str) -> None:
-        """Preempting a pipeline: give back what it holds above its minimum (pools drain)."""
-        self._cluster.release(r.job, r.extra)
-        r.extra = None
-        r.allocation = r.base_allocation
-        r.pipeline.set_budget(r.budget_gpus)
-        r.preemptions += 1
-        r.events.append((now, f"shrunk to {r.budget_gpus:g} GPU(s) ({reason})"))
+    # --- internals -----------------------------------------------------------------
+    def _changed(self, r: JobRecord) -> None:
+        """``r``'s pass view changed (a pipeline shrunk, grown or warm)."""
         self.running[r.job.job_id] = self._view(r)
         self._pass.note_change()
 
-    def _grow(self, now: float) -> None:
-        """Lend free whole GPUs to running pipelines below their maximum, while no job waits."""
-        if self.queue:
-            return
-        for r in self.running_records():
-            extra = None if r.max_gpus is None or r.base_allocation is None else lend(
-                self._cluster, r.job, r.base_allocation, r.extra)
-            if extra is None:
-                continue
-            r.extra = extra
-            r.allocation = combine(r.base_allocation, r.extra)
-            r.pipeline.set_budget(r.budget_gpus)
-            r.events.append((now, f"grown to {r.budget_gpus:g} GPU(s): free GPUs and no job waiting"))
-            self.running[r.job.job_id] = self._view(r)
-            self._pass.note_change()
-
-    def _watch_pipelines(self, now: float) -> None:
-        """Observe each running pipeline's cold start: it is setting up while GPU actors start."""
-        for r in self.running_records():
-            if r.pipeline is None:
-                continue
-            run = r.pipeline.run
-            if run.rewarm_s is not None:
-                r.setup_s = run.rewarm_s
-            if run.cold_starting and r.cold_since is None:
-                r.cold_since = now
-            elif not run.cold_starting and r.cold_since is not None and any(e.snapshots for e in run.executions):
-                r.cold_since = None
-                if r.setup_ends_at is None:  # its own start; a lent GPU's warm-up is no setup (it runs meanwhile)
-                    r.observed_setup_s.append(r.setup_s)
-                r.setup_ends_at = now
-                r.events.append((now, f"warm (actors started in {r.setup_s:.1f} s)"))
-            elif r.cold_since is None:
-                continue
-            self.running[r.job.job_id] = self._view(r)
-
-    # --- internals -----------------------------------------------------------------
     def _all(self) -> list[JobRecord]:
         with self._lock:
             return list(self._records.values())
@@ -450,21 +327,13 @@ class JobScheduler:
         self.queue[r.job.job_id] = self._view(r)
 
     def _view(self, r: JobRecord) -> JobView:
-        if r.state is JobState.RUNNING:
-            ends = r.setup_ends_at if r.setup_ends_at is not None else r.started_at + r.setup_s
-            if r.cold_since is not None:  # a pipeline whose actors are starting: setting up
-                ends = max(r.cold_since + r.setup_s, self._now() + COLD_RECHECK_S)
-            return JobView(job=r.job, running=True, as_of_s=r.started_at, wait_base_s=r.wait_s,
-                           attained_base_s=r.attained_s, setup_ends_s=ends, expected_setup_s=r.setup_s,
-                           preemptions=r.preemptions, allocation=r.allocation,
-                           speed=r.job.speed_on(r.allocation.gpu_model))
-        return JobView(job=r.job, running=False, as_of_s=r.enqueued_at, wait_base_s=r.wait_s,
-                       attained_base_s=r.attained_s, expected_setup_s=r.setup_s, preemptions=r.preemptions)
+        return job_view(r, self._now())
 
     def _step(self) -> None:
         """Run a pass if one is due (lock held), then plan the next tick."""
         now = self._now()
-        self._watch_pipelines(now)
+        for r in lending.watch(self.running_records(), now):
+            self.running[r.job.job_id] = self._view(r)
         while self._due and self._due[0] <= now:
             t = heapq.heappop(self._due)
             if t == self._tick_at:
@@ -480,7 +349,8 @@ class JobScheduler:
                 for t in out.wake_at_s:
                     if t not in self._due:
                         heapq.heappush(self._due, t)
-            self._grow(now)
+            for r in lending.grow(self.running_records(), self._cluster, now) if not self.queue else ():
+                self._changed(r)
         if (self._pass.preemptive and self.tick_s is not None and self._tick_at is None
                 and self.queue and self.running):
             self._tick_at = now + self.tick_s
