@@ -317,6 +317,9 @@ def test_hysteresis_keeps_a_nearly_as_good_current_plan():
     assert not kept.changed and kept.allocation == current and "hysteresis" in kept.reason
     moved = solve_placement(_two_op_problem(current=current, hysteresis=0.05))
     assert moved.changed and moved.throughput_rows_per_s > kept.throughput_rows_per_s
+    # the plan kept back is the one issued under a lower hysteresis (the planner may take it later)
+    assert kept.better is not None and kept.better.changed and moved.better is None
+    assert kept.better.allocation == moved.allocation
 
 
 def test_cold_start_cost_blocks_marginal_additions():

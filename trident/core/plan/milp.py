@@ -72,18 +72,20 @@ def solve_placement(problem: PlacementProblem, *, solver: str | None = None) -> 
     if cur is not None and found.as_dict() == cur.as_dict() and (not problem.bin_packing or not cur_bad):
         return _keep(problem, cur, cur_t, name, f"the current plan is already optimal ({status})",
                      status=status)
-    if not cur_broken and new_t < cur_t * (1 + problem.hysteresis) - TOL:
-        gain = (new_t / cur_t - 1) if cur_t > 0 else 0.0
-        return _keep(problem, cur, cur_t, name,
-                     f"best plan gains {gain:+.1%} ({cur_t:.1f} -> {new_t:.1f} rows/s), "
-                     f"under the {problem.hysteresis:.0%} hysteresis; keeping the current plan")
     why = ("the current plan is not valid: " + cur_broken[0]) if cur is not None and cur_broken else (
         f"throughput {cur_t:.1f} -> {new_t:.1f} rows/s" if cur_t is not None else f"throughput {new_t:.1f} rows/s")
-    return PlacementResult(
+    better = PlacementResult(
         allocation=found, throughput_rows_per_s=new_t, current_throughput_rows_per_s=cur_t, changed=True,
         status=status, solver=name, reason=f"{why} ({status}, {name}{'; ' + note if note else ''})",
         objective=objective_of(problem, found), notes=tuple(notes), current_valid=cur is None or not cur_broken,
     )
+    if not cur_broken and new_t < cur_t * (1 + problem.hysteresis) - TOL:
+        gain = (new_t / cur_t - 1) if cur_t > 0 else 0.0
+        return dataclasses.replace(_keep(problem, cur, cur_t, name,
+                                         f"best plan gains {gain:+.1%} ({cur_t:.1f} -> {new_t:.1f} rows/s), "
+                                         f"under the {problem.hysteresis:.0%} hysteresis; keeping the current plan"),
+                                   better=better)
+    return better
 
 
 INFEASIBLE = "(infeasible)"

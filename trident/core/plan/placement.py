@@ -240,6 +240,8 @@ class PlacementResult:
     current_valid: bool = True
     """Whether the current plan meets every bound (one that does not cannot be kept, whatever
     throughput it promises)."""
+    better: PlacementResult | None = None
+    """Kept within the hysteresis: the better plan the solver found, as it would have been issued."""
 
 
 def throughput_of(problem: PlacementProblem, allocation: Allocation) -> float:

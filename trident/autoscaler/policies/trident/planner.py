@@ -65,12 +65,12 @@ def _near_gain(st: PolicyState, prob, result):
     """The best plan, once ``near_gain_looks`` looks in a row have found one at least half the
     hysteresis better than the current plan but under it (a gain that holds look after look is
     no noise; the rollout gate still decides whether it pays); else ``None``."""
-    if result.status != "kept" or st.settings.near_gain_looks <= 0:
+    best = result.better
+    if best is None or st.settings.near_gain_looks <= 0:
         st.near_gains = 0
         return None
-    best = solve_placement(replace(prob, hysteresis=0.0))
     cur_t = best.current_throughput_rows_per_s or 0.0
-    gains = best.changed and cur_t > 0 and best.throughput_rows_per_s >= cur_t * (1 + prob.hysteresis / 2)
+    gains = cur_t > 0 and best.throughput_rows_per_s >= cur_t * (1 + prob.hysteresis / 2)
     st.near_gains = st.near_gains + 1 if gains else 0
     return best if gains and st.near_gains >= st.settings.near_gain_looks else None
 
