@@ -11,7 +11,7 @@ from trident.autoscaler.sim.pipeline import PipelineSpec, Regime, SimNodes, SimO
 from trident.core.cluster import NodeShape
 from trident.core.model.prior import Belief, OperatorPrior, RegimePrior
 from trident.core.policy import PolicyContext
-from trident.core.types import ClusterView
+from trident.core.types import ClusterView, DecisionKind
 from trident.history.fingerprint import cluster_parts, code_hash, key_of_parts, udf_parts
 from trident.history.lessons import learn
 
@@ -134,6 +134,11 @@ def test_data_that_behaves_otherwise_sets_the_history_aside_and_costs_nothing():
     blind = simulate(slower, policy="trident", seed=2)
     notes = [n for d in second.decisions for n in d.notes]
     assert any(n.startswith("ocr: measured 5") and "assumed 20" in n for n in notes), notes[:10]
+    # the plan made on the history is not rolled out to its end once OCR's tasks contradict it:
+    # the same step plans again on what this run measured
+    ended = [d for d in second.decisions if "rollout ended: the history of ocr was set aside; planning again" in d.notes]
+    assert ended and ended[0].kind == DecisionKind.PLAN and ended[0].plan is not None, [
+        (d.time_s, d.kind, d.notes) for d in second.decisions[:8]]
     later = [d for d in second.decisions if d.plan is not None][1:]
     sources = [m for d in later for m in re.findall(r"ocr [\d.]+ rows/s per replica \(([^)]*)\)", d.reason)]
     assert sources and not [s for s in sources if "history" in s]  # OCR is planned on this run's measures

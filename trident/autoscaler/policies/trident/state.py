@@ -78,6 +78,8 @@ class PolicyState:
     """Whether the planner's last look planned GPU pools per accelerator type."""
     changed_ops: list[str] = field(default_factory=list)
     """Operators whose regime changed in this step."""
+    set_aside: list[str] = field(default_factory=list)
+    """Operators whose history (:mod:`trident.history`) was set aside in this step."""
     predicted: tuple[tuple[str, float], ...] = ()
     """(operator, rows out/s) the plan made in this step expects."""
     history_runs: tuple[str, ...] = ()
