@@ -14,7 +14,7 @@ from ray.data import ActorPoolStrategy  # noqa: E402
 import trident  # noqa: E402
 from trident.core.types import Decision, OperatorTarget, Plan  # noqa: E402
 
-ROWS = 3200  # 100 blocks of 32 rows
+ROWS = 1600  # 50 blocks of 32 rows
 
 
 @pytest.fixture(scope="module")
