@@ -199,7 +199,7 @@ def run_once(drawn: Drawn, policy: str, *, scale: float, expected: np.ndarray, r
     import pyarrow.parquet as pq
 
     import trident
-    from trident.demos.bench import wait_for_exit, wait_until_idle, write_watched
+    from harness.bench import wait_for_exit, wait_until_idle, write_watched
 
     wait_until_idle()
     work = Path(tempfile.mkdtemp(prefix="trident-generalization-"))
@@ -262,7 +262,7 @@ def warm_up(drawn: Drawn, scale: float) -> None:
     and actor the timed runs would start is started once (on one host, Ray's first run spawns a
     worker per free CPU slot, and a run after it reuses them)."""
     import trident
-    from trident.demos.bench import wait_for_exit, wait_until_idle
+    from harness.bench import wait_for_exit, wait_until_idle
 
     wait_until_idle()
     blocks = max(1, drawn.spec.total_rows // drawn.spec.rows_per_block)

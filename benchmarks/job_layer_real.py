@@ -8,7 +8,7 @@ scenario's ~2 minutes stand for ~4 hours of a production cluster):
 
 - 3 pipelines on type-B GPUs (at most 4, 2 and 2), arriving at 0, 6 and 14 s: ``ray.data.range`` rows (1,000
   characters each) through a GPU stage that follows the measured ``embed`` cost curve of
-  ``trident/demos/calibration.json`` (a calibrated stand-in; time scaled by 0.25, no memory
+  ``benchmarks/harness/calibration.json`` (a calibrated stand-in; time scaled by 0.25, no memory
   held), 20 rows a batch, an actor pool of 1..max_gpus actors of 1 GPU;
 - 6 training stand-ins arriving every 4 s (1-3 GPUs, 6-25 s of 0.1 s steps after a 2-3 s
   setup). For FIFO and Tiresias they are plain Ray tasks (a preemption kills and restarts
@@ -131,7 +131,7 @@ def train_plain(steps: int, setup_s: float) -> int:
 
 
 def embed_stage():
-    from trident.demos.calibration import load_curves, stand_in
+    from harness.calibration import load_curves, stand_in
 
     return stand_in(load_curves()["embed"], memory_scale=0.0, time_scale=TIME_SCALE)
 
@@ -149,7 +149,7 @@ def pipeline(rows: int, max_actors: int, stage) -> list[int]:
 
 def pipeline_seconds(rows: int, actors: int) -> float:
     """Declared run time of a pipeline at ``actors`` actors (the curve's batch time)."""
-    from trident.demos.calibration import load_curves
+    from harness.calibration import load_curves
 
     batch_s = load_curves()["embed"].time_s(BATCH_ROWS * ROW_CHARS) * TIME_SCALE
     return rows / BATCH_ROWS * batch_s / actors
@@ -436,6 +436,9 @@ def start_cluster():
             ray.init(address=c.address, log_to_driver=False)
             c.wait_for_nodes()
             ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+            from harness import ship
+
+            ship()  # the calibrated stand-ins travel by value too
             return c
         except Exception:
             if attempt == 2:

@@ -146,7 +146,7 @@ def main() -> int:
     import ray
 
     import trident
-    from trident.demos.bench import wait_until_idle
+    from harness.bench import wait_until_idle
 
     os.makedirs(args.out, exist_ok=True)
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")

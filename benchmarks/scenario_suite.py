@@ -11,7 +11,7 @@ logical GPUs. Writes ``scenario_suite-<name>.json`` per scenario and ``scenario_
 import argparse
 import sys
 
-from trident.demos.suite import POLICIES, run_suite, scenarios
+from harness.suite import POLICIES, run_suite, scenarios
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -51,7 +51,7 @@ from ray.data import ActorPoolStrategy  # noqa: E402
 import first_try  # noqa: E402
 import trident  # noqa: E402
 from first_try import MAX_REPLICAS, Detect, Embed, _prep  # noqa: E402
-from trident.demos.bench import wait_until_idle  # noqa: E402
+from harness.bench import wait_until_idle  # noqa: E402
 
 
 def _offset(batch, by: int):
@@ -127,9 +127,9 @@ def changed_round(rows: int, i: int, store: str) -> dict[str, dict]:
 
 
 def scenario_round(name: str, scale: float, i: int, store: str) -> dict[str, dict]:
-    """The suite's scenario ``name`` (``trident/demos/suite.py``, on its ``ray.cluster_utils.Cluster``):
+    """The suite's scenario ``name`` (``benchmarks/harness/suite.py``, on its ``ray.cluster_utils.Cluster``):
     trident first and second on ``store``, then stock Ray Data's autoscaler and trident blind."""
-    from trident.demos.suite import run_once, scenarios
+    from harness.suite import run_once, scenarios
 
     sc = scenarios()[name].scaled(scale)
     out = {}
@@ -189,7 +189,7 @@ def main() -> int:
                              else "") + (" (from history)" if r.get("first_plan_from_history") else ""), flush=True)
     ray.shutdown()
     if args.scenarios:
-        from trident.demos.suite import run_once, scenarios, start_cluster
+        from harness.suite import run_once, scenarios, start_cluster
 
         cluster = start_cluster()
         try:

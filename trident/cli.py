@@ -15,7 +15,6 @@ from trident.core.errors import TridentError
 SUBCOMMANDS = {
     "demo": ("trident.demos.cli", "run a curation example (pdf or video) on an embedded local Ray"),
     "simulate": ("trident.sim.cli", "replay a GPU-cluster trace through job-layer policies"),
-    "bench": ("trident.demos.bench_cli", "run the pipeline benchmark (trident vs Ray Data's autoscaler)"),
     "status": ("trident.jobs.arbiter.cli", "the runs sharing this Ray cluster: budgets, progress, order (read only)"),
     "history": ("trident.history.cli", "list, show, forget or clear what trident keeps of each operator across runs"),
 }

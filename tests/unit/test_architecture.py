@@ -109,8 +109,6 @@ def test_no_import_cycles():
 MODULE_LINES, FUNCTION_LINES = 400, 60
 LONG_MODULES = {
     "trident/jobs/scheduler.py": "the JobScheduler: admission, its loop, the pass host (launch, eviction), nodes and outcomes",
-    "trident/demos/bench.py": "the pipeline benchmark harness behind `trident bench` (workloads, watchdog, runs)",
-    "trident/demos/suite.py": "the scenario suite's scenarios, runs and result tables",
     "trident/autoscaler/shim/shim.py": "the execution shim: observe, talk to the controller, actuate, in Ray's thread",
     "trident/sim/engine.py": "the cluster simulator's event loop",
     "trident/core/optimize/safe_bo.py": "memory-safe Bayesian optimisation: model, acquisition and certification",
@@ -120,11 +118,9 @@ LONG_MODULES = {
 LONG_FUNCTIONS = {
     "trident/sim/engine.py:run": "the simulator's event loop",
     "trident/autoscaler/policies/trident/tuner.py:next_batch_size": "the batch-size search's step",
-    "trident/demos/bench.py:bench_workload": "one benchmark workload, every policy in turn",
     "trident/autoscaler/policies/trident/problem.py:build": "a snapshot's placement problem",
     "trident/core/plan/milp.py:_model": "the MILP's variables and constraints",
     "trident/autoscaler/policies/trident/tracking.py:observe": "one operator's windows, shifts and regimes",
-    "trident/demos/suite.py:result": "a scenario's result table",
     "trident/sim/loaders/alibaba.py:load_pai_2020": "the PAI 2020 trace's join of its tables",
     "trident/autoscaler/policies/trident/inner.py:inner_targets": "Ray's rule over every pool, within the room",
     "trident/core/plan/device_choices.py:of": "the device-choice bounds of a problem",

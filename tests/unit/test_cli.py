@@ -35,9 +35,6 @@ def _run(argv, capsys):
     (["demo", "pdf", "--cpus", "0"], "argument --cpus: '0' is not an integer >= 3"),
     (["demo", "pdf", "--cpus", "2"], "argument --cpus: '2' is not an integer >= 3"),
     (["demo", "video", "--size", "0"], "argument --size: '0' is not an integer >= 1"),
-    (["bench", "--scale", "-1"], "argument --scale: '-1' is not a finite number > 0"),
-    (["bench", "--interval-s", "1e-9"], "argument --interval-s: '1e-9' is not a finite number >= 0.05"),
-    (["bench", "--memory-limit", "lots"], "argument --memory-limit: 'lots' is not"),
 ])
 def test_a_bad_input_is_one_line_and_exit_status_2(argv, says, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # nothing may be written; a default output folder would land here
@@ -52,8 +49,7 @@ def test_a_bad_input_is_one_line_and_exit_status_2(argv, says, capsys, tmp_path,
 def test_an_existing_file_as_output_folder_is_refused_up_front(capsys, tmp_path):
     a_file = tmp_path / "f"
     a_file.write_text("")
-    for argv in (["simulate", "--trace", "tiresias", "--out", str(a_file)], ["demo", "pdf", "--out", str(a_file)],
-                 ["bench", "--out", str(a_file)]):
+    for argv in (["simulate", "--trace", "tiresias", "--out", str(a_file)], ["demo", "pdf", "--out", str(a_file)]):
         rc, out, err = _run(argv, capsys)
         assert rc == 2 and "--out=" in err and "it is a file" in err and out == "", err
 

@@ -3,7 +3,7 @@ import dataclasses
 
 import pytest
 
-from trident.demos.suite import Stage, scenarios, work_bound_s
+from harness.suite import Stage, scenarios, work_bound_s
 
 
 def test_a_batch_costs_each_row_at_its_phase():
@@ -44,7 +44,7 @@ def test_memory_bound_fits_its_best_split_and_no_split_that_fills_the_gpus():
 def test_a_plans_time_beyond_its_cold_starts_is_what_it_waited_with_no_actor_starting():
     """A plan at 10 s whose two actors were pending from 11 to 15 s and whose target was reached at
     17 s (an old actor drained until then): 7 s to the target, 4 s of it starting actors."""
-    from trident.demos.suite import reach_and_start
+    from harness.suite import reach_and_start
     from trident.report.record import Action, ExecutionRecord
     from trident.core.types import ClusterView, OperatorConfig, OperatorSnapshot, Snapshot
 
@@ -67,7 +67,7 @@ def test_start_up_and_steady_pace_are_read_at_the_last_model_stage():
     """1,000 rows; the last pool puts out nothing for 20 s, then 50 rows/s (its upstream pool
     runs ahead at 100 rows/s): a tenth is out at 22 s, the pace between a quarter and three
     quarters is 50 rows/s. A run that stops at 60% has no steady pace."""
-    from trident.demos.suite import start_and_steady
+    from harness.suite import start_and_steady
     from trident.report.record import ExecutionRecord
     from trident.core.types import ClusterView, OperatorConfig, OperatorSnapshot, Snapshot
 
@@ -90,7 +90,7 @@ def test_start_up_and_steady_pace_are_read_at_the_last_model_stage():
 
 
 def test_the_tuned_setup_is_the_best_fixed_one_and_never_beats_the_work_bound():
-    from trident.demos.suite import tuned_setup
+    from harness.suite import tuned_setup
 
     all_ = scenarios()
     for sc in all_.values():
@@ -118,7 +118,7 @@ def test_the_tuned_setup_is_the_best_fixed_one_and_never_beats_the_work_bound():
 def test_rounds_take_each_ratio_within_their_round_and_sum_up_as_medians(tmp_path):
     """Ray's placement on two types is luck: over rounds a ratio is taken against the Ray run of
     the same round, and the medians name the spread."""
-    from trident.demos.suite import Run, plot, result
+    from harness.suite import Run, plot, result
 
     sc = scenarios()["two-types"]
 

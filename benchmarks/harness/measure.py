@@ -2,7 +2,7 @@
 
 Each stage runs in a fresh process, so its peak resident memory (model + batch) is its
 own. Time is the process's CPU time (all its threads), so that other load on a shared
-machine does not inflate it. ``python -m trident.demos.measure`` rewrites ``calibration.json``.
+machine does not inflate it. ``PYTHONPATH=benchmarks python -m harness.measure`` rewrites ``calibration.json``.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from trident.demos.calibration import CALIBRATION_FILE, CostCurve, fit_curve, save_curves
+from harness.calibration import CALIBRATION_FILE, CostCurve, fit_curve, save_curves
 
 
 UNITS = {"ocr": "megapixels", "embed": "chars", "parse": "pages", "decode": "frame_megapixels"}

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from trident.demos.bench import (
+from harness.bench import (
     REPLICA_OVERHEAD_BYTES,
     Cluster,
     in_order_bound,
@@ -13,7 +13,7 @@ from trident.demos.bench import (
     work_bound,
     workloads,
 )
-from trident.demos.calibration import load_curves
+from harness.calibration import load_curves
 
 
 @pytest.mark.parametrize("name", ["pdf-regimes", "video-regimes"])
@@ -81,3 +81,17 @@ def test_plot_written(tmp_path):
     out = tmp_path / "b.png"
     plot_results([json.loads(json.dumps(res))], str(out))
     assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--scale", "-1"], "argument --scale: '-1' is not a finite number > 0"),
+    (["--interval-s", "1e-9"], "argument --interval-s: '1e-9' is not a finite number >= 0.05"),
+    (["--memory-limit", "lots"], "argument --memory-limit: 'lots' is not"),
+])
+def test_the_pipeline_benchmark_refuses_a_bad_argument_in_one_line(argv, says, capsys):
+    import pipeline_bench
+
+    with pytest.raises(SystemExit) as exit_:
+        pipeline_bench.arguments().parse_args(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and says in err and err.count("\n") == 1, err

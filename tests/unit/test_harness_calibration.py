@@ -4,7 +4,7 @@ import time
 import numpy as np
 import pytest
 
-from trident.demos.calibration import CostCurve, batch_units, fit_curve, load_curves, stand_in
+from harness.calibration import CostCurve, batch_units, fit_curve, load_curves, stand_in
 from trident.core.errors import ConfigError
 
 

@@ -9,7 +9,7 @@ of unique memory (USS; ``base_mb`` counts the process's own Python and Ray, ~110
 and the work bound do) for the largest batch it has run (kept between batches, as a framework's
 caching allocator keeps its peak). The cluster is a
 ``ray.cluster_utils.Cluster``: a CPU head and two GPU nodes of types A and B. A watchdog plays the
-OOM killer for the stand-ins' summed memory (as in :mod:`trident.demos.bench`).
+OOM killer for the stand-ins' summed memory (as in :mod:`harness.bench`).
 
 - ``stationary``: two GPU stages, the second 1.5x as costly; nothing changes.
 - ``regime-shift``: the bottleneck moves from the second stage to the first halfway through.
@@ -37,7 +37,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trident.demos.bench import wait_for_exit, wait_until_idle, write_watched
+from harness import ship
+from harness.bench import wait_for_exit, wait_until_idle, write_watched
 from trident.core.errors import ConfigError
 
 POLICIES = ("static", "tuned", "ray", "ds2", "trident")
@@ -377,6 +378,7 @@ def start_cluster():
         c.add_node(num_cpus=6, num_gpus=2, resources={f"accelerator_type:{t}": 1})
     c.wait_for_nodes()
     ray.init(address=c.address, log_to_driver=False)
+    ship()
     return c
 
 

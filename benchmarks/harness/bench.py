@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from trident.demos.calibration import CostCurve, load_curves, run_calibrated, stand_in
+from harness import ship
+from harness.calibration import CostCurve, load_curves, run_calibrated, stand_in
 
 POLICIES = ("static", "ray", "ds2", "trident")
 
@@ -93,7 +94,7 @@ def workloads(scale: float = 1.0) -> dict[str, Workload]:
 
 def items_of(workload: Workload, phases: tuple[Phase, ...] | None = None) -> list[list[dict]]:
     """Input blocks (lists of rows), phases in order; ``id`` is unique across rows."""
-    from trident.demos.measure import UNITS
+    from harness.measure import UNITS
 
     cpu_unit = UNITS[workload.cpu_stage]
     blocks: list[list[dict]] = []
@@ -377,7 +378,7 @@ def work_bound(workload: Workload, curves, cluster: Cluster) -> tuple[float, dic
     work spread evenly over its replicas (and the CPU stage's over the CPUs left), with no
     cold start, no pipeline fill or drain and no transition; the phases summed. No schedule
     can beat it; ``ratio_to_bound`` says how close a policy came."""
-    from trident.demos.measure import UNITS
+    from harness.measure import UNITS
 
     splits = memory_splits(curves, cluster)
     best, total = {}, 0.0
@@ -482,7 +483,7 @@ def bench_workload(workload: Workload, curves, cluster: Cluster, *, policies=POL
                                 for p in workload.phases],
                      "stand_in": ("every stage sleeps its calibrated time x time_scale and holds its calibrated "
                                   "memory x memory_scale (curves measured from the real stages on this machine, "
-                                  "trident/demos/calibration.json); model stages are actor pools on logical GPUs; "
+                                  "benchmarks/harness/calibration.json); model stages are actor pools on logical GPUs; "
                                   "a watchdog kills the largest model replica while their summed USS exceeds "
                                   "memory_limit_bytes"),
                      "warm_up": "one unmeasured run of two rows per phase under ray before the measured runs; "
@@ -576,6 +577,7 @@ def run_bench(*, out_dir: str = "benchmarks/results", scale: float = 1.0, polici
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     start_ray(num_cpus=cluster.cpus, num_gpus=cluster.gpus)
+    ship()
     written: list[str] = []
     try:
         for name in names:
