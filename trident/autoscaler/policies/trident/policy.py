@@ -128,9 +128,10 @@ def observe(st: PolicyState, snap: Snapshot) -> list[str]:
 
 
 def _believes_history(st: PolicyState, name: str) -> bool:
-    """Whether the run still believes what earlier runs taught of operator ``name``."""
+    """Whether the run believes a regime of what earlier runs taught of operator ``name`` (what a
+    plan made on the history leaned on)."""
     tr = st.tracks.get(name)
-    return tr is not None and tr.belief is not None and tr.belief.open
+    return tr is not None and tr.belief is not None and tr.belief.live
 
 
 def _finished(st: PolicyState, snap: Snapshot) -> list[str]:
