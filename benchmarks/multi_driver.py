@@ -9,7 +9,9 @@ coordinator reserves resources per dataset, first come first served, and splits 
 ``alone``, ``trident.autoscale(arbiter=False)`` in each (each plans as if the cluster were its
 own); ``trident``, ``trident.autoscale()`` in each and the cluster's arbiter dividing the cluster
 (its defaults: ``srtf`` order, ``lazy`` preemption); ``fifo``, the same with the arbiter in
-first-come order that never shrinks a run. Every driver is started before its arrival, connects,
+first-come order that never shrinks a run; ``trident-killed``, ``trident`` with the arbiter killed
+``--kill-at`` seconds after the first arrival (Ray restarts it; each run registers again, and the
+row's ``arbiter_takeover_s`` is the longest wait from the kill to a run joining the new one). Every driver is started before its arrival, connects,
 and waits for it, so completion times (arrival to last row written) do not count a process
 start. Contenders take turns, their order rotating round by round; each pipeline also runs alone
 on stock Ray Data once, so every completion time has its slowdown. Every run checks that each row
@@ -31,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -41,7 +44,10 @@ CONTENDERS = {  # name -> (what each driver runs, the arbiter's settings)
     "alone": ("alone", None),
     "trident": ("arbiter", dict(policy="srtf", preemption="lazy")),
     "fifo": ("arbiter", dict(policy="fifo", preemption="never")),
+    "trident-killed": ("arbiter", dict(policy="srtf", preemption="lazy")),
 }
+KILLED = {"trident-killed"}
+"""Contenders whose arbiter is killed mid-round (``--kill-at``)."""
 MODES = ("stock", "alone", "arbiter")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -85,10 +91,18 @@ def driver(args: argparse.Namespace) -> int:
     return 0
 
 
-def one_round(mode: str, address: str, arrivals, work: str, lead_s: float) -> list[dict]:
+def one_round(mode: str, address: str, arrivals, work: str, lead_s: float,
+              kill_at: float | None = None) -> list[dict]:
     """All drivers of one contender, started together; each waits for its arrival (``lead_s`` after
-    now, plus its offset)."""
+    now, plus its offset). ``kill_at``: seconds after the first arrival at which the arbiter is
+    killed (Ray restarts it); each driver's result then says whether it ``ran_at_kill`` and its
+    ``takeover_s``, from the kill to its joining the new arbiter (``None``: it had ended, or never
+    joined again)."""
     t0 = time.time() + lead_s
+    killed = None
+    if kill_at is not None:
+        killed = threading.Timer(t0 + kill_at - time.time(), _kill_arbiter)
+        killed.start()
     procs = []
     for i, (offset, rows) in enumerate(arrivals):
         out = os.path.join(work, f"{mode}-{i}-{rows}.json")
@@ -103,7 +117,26 @@ def one_round(mode: str, address: str, arrivals, work: str, lead_s: float) -> li
             raise SystemExit(f"a {mode} driver failed:\n{tail}")
         with open(out) as f:
             results.append(json.load(f))
+    if killed is not None:
+        killed.join()
+        for r in results:
+            at = t0 + kill_at
+            joined = [r["start_unix_s"] + t for t, kind, text in r["arbiter_events"]
+                      if kind == "arbiter" and text.startswith("joined") and r["start_unix_s"] + t > at]
+            r["ran_at_kill"] = r["end_unix_s"] > at
+            r["takeover_s"] = min(joined) - at if joined and r["ran_at_kill"] else None
     return results
+
+
+def _kill_arbiter() -> None:
+    """Kill the cluster's arbiter as a crash would (Ray restarts it, empty)."""
+    import ray
+
+    from trident.jobs.arbiter.actor import find
+
+    handle = find()
+    if handle is not None:
+        ray.kill(handle, no_restart=False)
 
 
 def set_arbiter(settings: dict | None) -> None:
@@ -135,6 +168,9 @@ def main() -> int:
     parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=list(CONTENDERS),
                         help="the first is the baseline (default: %(default)s)")
     parser.add_argument("--out", default="benchmarks/results", help="results folder (default benchmarks/results)")
+    parser.add_argument("--kill-at", type=float, default=24.0,
+                        help="seconds after the first arrival at which trident-killed's arbiter is killed (default 24)")
+    parser.add_argument("--name", default="multi_driver", help="results file stem (default multi_driver)")
     parser.add_argument("--lead-s", type=float, default=12.0,
                         help="seconds the drivers get to start and connect before the first arrival (default 12)")
     args = parser.parse_args()
@@ -167,7 +203,8 @@ def main() -> int:
                 mode, settings = CONTENDERS[name]
                 set_arbiter(settings)
                 wait_until_idle()
-                runs[name].append(one_round(mode, address, ARRIVALS, work, args.lead_s))
+                runs[name].append(one_round(mode, address, ARRIVALS, work, args.lead_s,
+                                            kill_at=args.kill_at if name in KILLED else None))
                 times = [r["completion_s"] for r in runs[name][-1]]
                 print(f"round {i} {name}: " + ", ".join(f"{t:.1f}" for t in times)
                       + f" s (average {statistics.mean(times):.1f})", flush=True)
@@ -176,13 +213,14 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
     result = _result(runs, solo, args.rounds, started, trident.__version__, ray.__version__,
                      round(psutil.virtual_memory().total / 2**30))
-    path = os.path.join(args.out, "multi_driver.json")
+    path = os.path.join(args.out, f"{args.name}.json")
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
-    plot(result, os.path.join(args.out, "multi_driver.png"))
+    plot(result, os.path.join(args.out, f"{args.name}.png"))
     for row in result["rows"]:
         print(f"{row['policy']:8s} average {row['avg_jct_s']:5.1f} s  max {row['max_jct_s']:5.1f} s  "
-              f"max slowdown {row['max_slowdown']:.2f}  {row['ratio_to_baseline']:.2f}x {result['baseline']}")
+              f"max slowdown {row['max_slowdown']:.2f}  {row['ratio_to_baseline']:.2f}x {result['baseline']}"
+              + (f"  arbiter taken over in {row['arbiter_takeover_s']:.1f} s" if "arbiter_takeover_s" in row else ""))
     print(f"wrote {path}")
     return 0
 
@@ -201,6 +239,10 @@ def _result(runs, solo, rounds, started, trident_version, ray_version, memory_gi
                      "completion_s_rounds": per, "max_slowdown": max(max(s) for s in slowdowns),
                      "slowdown_rounds": slowdowns, "ratio_to_baseline": base / avg, "jobs": len(per[-1]),
                      "rows_lost": 0, "arbiter_events_last_round": [r["arbiter_events"] for r in rounds_[-1]]})
+        takeovers = [r["takeover_s"] for rnd in rounds_ for r in rnd if r.get("takeover_s") is not None]
+        if name in KILLED:  # every run still going at the kill joined the new arbiter (None: one never did)
+            missed = any(r.get("ran_at_kill") and r["takeover_s"] is None for rnd in rounds_ for r in rnd)
+            rows[-1]["arbiter_takeover_s"] = None if missed or not takeovers else max(takeovers)
     return {
         "benchmark": "multi_driver", "trident_version": trident_version, "ray_version": ray_version,
         "started_at": started, "machine": {"cpus": os.cpu_count(), "memory_gib": memory_gib, "gpus": 0,
