@@ -1,10 +1,12 @@
 """Generated scenarios on real Ray: trident beside stock Ray Data on pipelines and clusters drawn
 from seeds (``trident.autoscaler.sim.generate``), each on a ``ray.cluster_utils.Cluster`` of the
-drawn shape, with the simulator's wall for the same seed beside the real one.
+drawn shape, with the simulator's wall for the same seed beside the real one (the simulator told
+this machine's cores: actors' process starts share them, and trident's shim gates its starts).
 
     python benchmarks/generalization.py --seeds 8                 # the first 8 seeds this machine can host
     python benchmarks/generalization.py --seeds 1 --work-s 10     # a quick look
     python benchmarks/generalization.py --first 108 --seeds 1 --records /tmp/gen   # one seed, its run records
+    python benchmarks/generalization.py --resimulate benchmarks/results/generalization-8.json  # no Ray
 
 Seeds are taken in order from ``--first``, skipping those this machine cannot host (a rule, not a
 pick): more than ``--max-nodes`` nodes, more than ``--max-actors`` actors at every pool's maximum,
@@ -49,6 +51,9 @@ from trident.core.errors import ConfigError
 AT_REST_BYTES = 110 * 2**20
 """A stand-in replica's own Python, Ray and numpy (unique memory), before its drawn heap."""
 POLICIES = ("ray", "trident")
+SPAWN_S = 0.85
+"""CPU-seconds an actor's process takes to start on this machine (``benchmarks/actor_starts.py``:
+one at a time, one every 0.75-0.95 s): the simulator's ``actor_spawn_s`` beside the real runs."""
 
 
 # --- which seeds this machine can host -------------------------------------------------------------
@@ -246,14 +251,18 @@ def prediction_errors(ex) -> list[float]:
     return out
 
 
-def simulated(drawn: Drawn) -> dict[str, float]:
-    """The simulator's wall for ``drawn`` under each policy (seconds)."""
+def simulated(drawn: Drawn, cores: int) -> dict[str, float]:
+    """The simulator's wall for ``drawn`` under each policy (seconds), on a host of ``cores`` cores
+    as the real runs are: every node's actors start their processes on those cores
+    (:data:`SPAWN_S` each), and trident's shim starts at most ``cores`` actors side by side."""
     from trident.autoscaler.sim.pipeline import simulate
     from trident.autoscaler.sim.ray_rule import RayRule
     from trident.core.policy import PolicyContext
 
     ctx = PolicyContext(memory_limit_bytes=drawn.memory_limit_bytes, seed=drawn.seed)
-    return {p: simulate(drawn.spec, policy=RayRule(context=ctx) if p == "ray" else "trident", seed=drawn.seed,
+    return {p: simulate(replace(drawn.spec, actor_spawn_s=SPAWN_S, host_cores=cores,
+                                start_slots=cores if p == "trident" else None),
+                        policy=RayRule(context=ctx) if p == "ray" else "trident", seed=drawn.seed,
                         context=ctx, max_time_s=3_600.0).wall_s for p in POLICIES}
 
 
@@ -282,7 +291,9 @@ def run_seed(drawn: Drawn, *, scale: float, repeat: int, records: str | None = N
 
     expected = expected_keys(drawn)
     bound = work_bound_s(drawn.spec)
-    sim = simulated(drawn)
+    from trident.autoscaler.shim.starts import host_cores
+
+    sim = simulated(drawn, host_cores())
     cluster = start_cluster(drawn)
     rows = []
     try:
@@ -370,6 +381,27 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def resimulate(path: Path) -> int:
+    """Print the simulator's wall now (on this machine's cores) for every run of an earlier result,
+    beside the real wall it measured; the share of runs within 15% per policy."""
+    from trident.autoscaler.shim.starts import host_cores
+
+    doc = json.loads(path.read_text())
+    work_s, rows = doc["workload"]["work_s"], doc["rows"]
+    sims = {seed: simulated(draw(seed, work_s=work_s), host_cores()) for seed in sorted({r["seed"] for r in rows})}
+    print(f"{'seed':>5} {'policy':8} {'real s':>7} {'sim s':>6} {'sim/real':>8} {'then':>6}")
+    for r in rows:
+        sim = sims[r["seed"]][r["policy"]]
+        print(f"{r['seed']:>5} {r['policy']:8} {r['wall_s']:7.1f} {sim:6.1f} {sim / r['wall_s']:8.2f} "
+              f"{r['sim_vs_real']:6.2f}")
+    for pol in POLICIES:
+        ratios = [sims[r["seed"]][pol] / r["wall_s"] for r in rows if r["policy"] == pol]
+        print(f"{pol}: median sim/real {statistics.median(ratios):.2f}, within 15% on "
+              f"{sum(abs(x - 1) <= 0.15 for x in ratios)} of {len(ratios)}, mean |sim/real - 1| "
+              f"{statistics.mean(abs(x - 1) for x in ratios):.3f}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from trident.sim.compare import result_document
 
@@ -384,7 +416,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-memory-gib", type=float, default=10.0)
     p.add_argument("--out", default="benchmarks/results", help="results folder")
     p.add_argument("--records", default=None, help="a folder for every run's record (seed-<n>-<policy>-<round>.json)")
+    p.add_argument("--resimulate", metavar="RESULTS_JSON", default=None,
+                   help="no Ray: the simulator's walls for the seeds of an earlier result, beside its real ones")
     args = p.parse_args(argv)
+    if args.resimulate:
+        return resimulate(Path(args.resimulate))
     if min(args.seeds, args.repeat, args.max_nodes, args.max_actors) < 1 or args.first < 0 or \
             args.work_s <= 0 or not 0 < args.memory_scale <= 1 or args.max_memory_gib <= 0:
         raise ConfigError("arguments", vars(args), "seeds, repeat, max-nodes, max-actors >= 1; first >= 0; "

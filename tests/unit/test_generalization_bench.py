@@ -59,3 +59,16 @@ def test_seeds_are_chosen_by_what_the_machine_can_host_in_order():
     assert all("nodes" in why or "actors" in why or "GiB" in why for why in skipped.values())
     for d in chosen:
         assert sum(n.count for n in d.spec.nodes) <= 4
+
+
+def test_an_earlier_result_is_simulated_again_beside_its_real_walls(tmp_path, capsys):
+    rows = [{"seed": 19, "policy": p, "wall_s": 27.8, "sim_vs_real": 0.61} for p in gen.POLICIES]
+    path = tmp_path / "generalization-1.json"
+    path.write_text(__import__("json").dumps({"workload": {"work_s": 45.0}, "rows": rows}))
+    assert gen.resimulate(path) == 0
+    out = capsys.readouterr().out
+    for p in gen.POLICIES:
+        (line,) = [ln for ln in out.splitlines() if ln.split()[:2] == ["19", p]]
+        sim = float(line.split()[3])
+        assert 0 < sim < 27.8 * 2 and line.split()[-1] == "0.61"
+        assert f"{p}: median sim/real" in out and "within 15% on" in out

@@ -72,6 +72,22 @@ def test_cold_start_delays_new_replicas_and_snapshot_reports_them_pending():
     assert res.wall_s < 10 + 20_000 / 200  # the pipeline sped up
 
 
+def test_actors_starting_together_share_the_host_s_cores_before_their_cold_start():
+    """4 new ocr replicas at 20 s, each 2 CPU-seconds of process start on a host of 2 cores: they
+    start side by side at half speed, 4 s, then their 10 s cold start; without a host model, 10 s."""
+    ups = {}
+    for spawn_s in (0.0, 2.0):
+        pol = Scripted([(20.0, OperatorTarget(name="ocr", replicas=8))])
+        simulate(_spec(actor_spawn_s=spawn_s, host_cores=2), policy=pol, seed=0)
+        ups[spawn_s] = min(s.time_s for s in pol.seen if s.time_s > 20 and s.operator("ocr").actors_running == 8)
+        assert all(s.operator("ocr").actors_running + s.operator("ocr").actors_pending == 8 for s in pol.seen
+                   if 21 <= s.time_s < ups[spawn_s])  # the starting ones are pending all along
+    assert ups[0.0] == pytest.approx(20 + 10, abs=1.5)
+    assert ups[2.0] == pytest.approx(ups[0.0] + 4 * 2.0 / 2, abs=1.5)
+    with pytest.raises(ConfigError, match="actor_spawn_s/host_cores"):
+        _spec(actor_spawn_s=-1.0)
+
+
 def test_replicas_wait_for_free_gpus():
     pol = Scripted([(5.0, OperatorTarget(name="ocr", replicas=12))])  # 8 A GPUs in the cluster
     simulate(_spec(), policy=pol, seed=0)

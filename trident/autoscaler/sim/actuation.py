@@ -8,6 +8,7 @@ leave GPU actors pending. A replica without GPUs goes to a node without GPUs whi
 else to the node with the most free CPUs."""
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -34,6 +35,9 @@ class _Group:
     """Old replicas an update of the accelerator type alone keeps (already on that type)."""
     node: int | None = None
     """The node the replicas run on (an index into the spec's nodes, counted out); None while pending."""
+    spawn_left_s: float = 0.0
+    """CPU-seconds of its process start left (:attr:`PipelineSpec.actor_spawn_s`); its ``ready_at_s``
+    is infinite until they are done."""
 
 
 @dataclass
@@ -143,9 +147,11 @@ class Actuation:
                         continue
                     if gated:
                         slots -= fit
+                    spawn = self.spec.actor_spawn_s if cold > 0 else 0.0
                     started = _Group(count=fit, batch_size=g.batch_size, num_gpus=g.num_gpus,
-                                     accelerator_type=g.accelerator_type, ready_at_s=self.time_s + cold,
-                                     gpu_type=f[2] if g.num_gpus > 0 else None, node=k)
+                                     accelerator_type=g.accelerator_type,
+                                     ready_at_s=math.inf if spawn > 0 else self.time_s + cold,
+                                     gpu_type=f[2] if g.num_gpus > 0 else None, node=k, spawn_left_s=spawn)
                     st.groups.insert(st.groups.index(g), started)
                     g.count -= fit
                     f[0] -= fit * cpus
@@ -153,6 +159,17 @@ class Actuation:
                     if g.count == 0:
                         break
             st.groups = [g for g in st.groups if g.count > 0]
+
+    def spawn(self, dt: float) -> None:
+        """``dt`` seconds of the replicas' process starts, the host's cores shared by all of them;
+        a replica whose start is done begins its cold start."""
+        spawning = [(st, g) for st in self.ops for g in st.groups if g.spawn_left_s > 0 and g.count > 0]
+        n = sum(g.count for _, g in spawning)
+        share = min(1.0, self.spec.host_cores / n) * dt if n else 0.0
+        for st, g in spawning:
+            g.spawn_left_s -= share
+            if g.spawn_left_s <= 1e-9:
+                g.spawn_left_s, g.ready_at_s = 0.0, self.time_s + dt + st.spec.cold_start_s
 
     @staticmethod
     def _filled(st: _OpState) -> float:

@@ -122,6 +122,12 @@ class PipelineSpec:
     """Actor replicas starting at once at most, over all operators, as the shim's start gate
     (:mod:`trident.autoscaler.shim.starts`); ``None``: no limit. The model's cold start does not grow
     with the replicas starting beside it."""
+    actor_spawn_s: float = 0.0
+    """CPU-seconds an actor replica's process takes to start (interpreter, imports) before its cold
+    start, on ``host_cores`` cores that every replica starting at once shares (the nodes of a
+    ``ray.cluster_utils.Cluster`` are one machine); 0: free, as where each node is its own host."""
+    host_cores: int = 1
+    """The cores replicas' process starts share (with ``actor_spawn_s``)."""
 
     def __post_init__(self) -> None:
         if not self.operators:
@@ -135,6 +141,9 @@ class PipelineSpec:
             raise ConfigError("noise/spike_prob", (self.noise, self.spike_prob), "noise >= 0, spike_prob in [0, 1]")
         if self.start_slots is not None and self.start_slots < 1:
             raise ConfigError("start_slots", self.start_slots, "None or an integer >= 1")
+        if not (self.actor_spawn_s >= 0 and self.host_cores >= 1):
+            raise ConfigError("actor_spawn_s/host_cores", (self.actor_spawn_s, self.host_cores),
+                              "actor_spawn_s >= 0, host_cores >= 1")
 
     def cluster_view(self) -> ClusterView:
         by_type: dict[str, float] = {}

@@ -136,6 +136,7 @@ class PipelineSim:
         self.actuation.start_pending()
 
     def _advance(self, dt: float) -> None:
+        self.actuation.spawn(dt)
         self.actuation.finish_rollouts()
         self.actuation.start_pending()
         self._oom()
