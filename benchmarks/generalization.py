@@ -1,7 +1,8 @@
 """Generated scenarios on real Ray: trident beside stock Ray Data on pipelines and clusters drawn
 from seeds (``trident.autoscaler.sim.generate``), each on a ``ray.cluster_utils.Cluster`` of the
 drawn shape, with the simulator's wall for the same seed beside the real one (the simulator told
-this machine's cores: actors' process starts share them, and trident's shim gates its starts).
+this machine's cores: actors' process starts share them, tasks take their latency, and trident's
+shim gates its starts).
 
     python benchmarks/generalization.py --seeds 8                 # the first 8 seeds this machine can host
     python benchmarks/generalization.py --seeds 1 --work-s 10     # a quick look
@@ -54,6 +55,10 @@ POLICIES = ("ray", "trident")
 SPAWN_S = 0.85
 """CPU-seconds an actor's process takes to start on this machine (``benchmarks/actor_starts.py``:
 one at a time, one every 0.75-0.95 s): the simulator's ``actor_spawn_s`` beside the real runs."""
+TASK_LATENCY_S = 0.16
+"""Seconds a Ray Data task takes beyond its work on this machine (``benchmarks/task_latency.py``:
+0.04, 0.14, 0.18 and 0.20 s at 1, 2, 4 and 8 tasks at once; their median): the simulator's
+``task_latency_s`` beside the real runs."""
 
 
 # --- which seeds this machine can host -------------------------------------------------------------
@@ -254,13 +259,14 @@ def prediction_errors(ex) -> list[float]:
 def simulated(drawn: Drawn, cores: int) -> dict[str, float]:
     """The simulator's wall for ``drawn`` under each policy (seconds), on a host of ``cores`` cores
     as the real runs are: every node's actors start their processes on those cores
-    (:data:`SPAWN_S` each), and trident's shim starts at most ``cores`` actors side by side."""
+    (:data:`SPAWN_S` each), a task takes :data:`TASK_LATENCY_S` beyond its work, and trident's
+    shim starts at most ``cores`` actors side by side."""
     from trident.autoscaler.sim.pipeline import simulate
     from trident.autoscaler.sim.ray_rule import RayRule
     from trident.core.policy import PolicyContext
 
     ctx = PolicyContext(memory_limit_bytes=drawn.memory_limit_bytes, seed=drawn.seed)
-    return {p: simulate(replace(drawn.spec, actor_spawn_s=SPAWN_S, host_cores=cores,
+    return {p: simulate(replace(drawn.spec, actor_spawn_s=SPAWN_S, host_cores=cores, task_latency_s=TASK_LATENCY_S,
                                 start_slots=cores if p == "trident" else None),
                         policy=RayRule(context=ctx) if p == "ray" else "trident", seed=drawn.seed,
                         context=ctx, max_time_s=3_600.0).wall_s for p in POLICIES}

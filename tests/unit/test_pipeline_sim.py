@@ -84,8 +84,21 @@ def test_actors_starting_together_share_the_host_s_cores_before_their_cold_start
                    if 21 <= s.time_s < ups[spawn_s])  # the starting ones are pending all along
     assert ups[0.0] == pytest.approx(20 + 10, abs=1.5)
     assert ups[2.0] == pytest.approx(ups[0.0] + 4 * 2.0 / 2, abs=1.5)
-    with pytest.raises(ConfigError, match="actor_spawn_s/host_cores"):
+    with pytest.raises(ConfigError, match="actor_spawn_s/host_cores/task_latency_s"):
         _spec(actor_spawn_s=-1.0)
+
+
+def test_a_task_s_latency_slows_task_operators_and_not_actor_pools():
+    """Blocks of 100 rows at 100 rows/s per task: 1 s of work; with 0.5 s of latency a task takes
+    1.5 s, so 4 read tasks at once carry 267 rows/s instead of 400. The actor pools keep a second
+    task in flight and do not wait on it."""
+    ops = (SimOperator(name="read", kind="task", peak_rows_per_s=(("cpu", 100.0),), replicas=4, max_replicas=4),)
+    walls = {lat: simulate(_spec(operators=ops, task_latency_s=lat), policy=Scripted([]), seed=0).wall_s
+             for lat in (0.0, 0.5)}
+    assert walls[0.0] == pytest.approx(20_000 / 400, abs=1.5)
+    assert walls[0.5] == pytest.approx(20_000 / (400 / 1.5), abs=1.5)
+    pooled = [simulate(_spec(task_latency_s=lat), policy=Scripted([]), seed=0).wall_s for lat in (0.0, 0.5)]
+    assert pooled[0] == pooled[1]  # the read tasks (4 x 100 rows/s) are not the bottleneck: ocr's pool is
 
 
 def test_replicas_wait_for_free_gpus():

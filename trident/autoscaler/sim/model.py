@@ -128,6 +128,10 @@ class PipelineSpec:
     ``ray.cluster_utils.Cluster`` are one machine); 0: free, as where each node is its own host."""
     host_cores: int = 1
     """The cores replicas' process starts share (with ``actor_spawn_s``)."""
+    task_latency_s: float = 0.0
+    """Seconds a task operator's task takes beyond its work (scheduling, its block's transfer): a
+    task of ``rows_per_block`` rows takes ``rows / rate + task_latency_s``. Actor pools keep a
+    second task in flight and hide it."""
 
     def __post_init__(self) -> None:
         if not self.operators:
@@ -141,9 +145,10 @@ class PipelineSpec:
             raise ConfigError("noise/spike_prob", (self.noise, self.spike_prob), "noise >= 0, spike_prob in [0, 1]")
         if self.start_slots is not None and self.start_slots < 1:
             raise ConfigError("start_slots", self.start_slots, "None or an integer >= 1")
-        if not (self.actor_spawn_s >= 0 and self.host_cores >= 1):
-            raise ConfigError("actor_spawn_s/host_cores", (self.actor_spawn_s, self.host_cores),
-                              "actor_spawn_s >= 0, host_cores >= 1")
+        if not (self.actor_spawn_s >= 0 and self.host_cores >= 1 and self.task_latency_s >= 0):
+            raise ConfigError("actor_spawn_s/host_cores/task_latency_s",
+                              (self.actor_spawn_s, self.host_cores, self.task_latency_s),
+                              "actor_spawn_s >= 0, host_cores >= 1, task_latency_s >= 0")
 
     def cluster_view(self) -> ClusterView:
         by_type: dict[str, float] = {}

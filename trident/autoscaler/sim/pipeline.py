@@ -144,8 +144,9 @@ class PipelineSim:
             spec, reg = st.spec, self._regime(i, st)
             upstream_done = i == 0 or self.ops[i - 1].completed
             avail = self.source_left if i == 0 else st.queue_rows
-            caps = [(g, g.count * spec.rate_rows_per_s(spec.device(g.gpu_type or g.accelerator_type, g.num_gpus),
-                                                        g.batch_size, reg)) for g in self._warm(st)]
+            caps = [(g, g.count * self._task_rate(spec.rate_rows_per_s(
+                spec.device(g.gpu_type or g.accelerator_type, g.num_gpus), g.batch_size, reg), spec))
+                for g in self._warm(st)]
             cap = sum(c for _, c in caps)
             speed = math.exp(self.rng.normal(0.0, self.spec.noise) - self.spec.noise ** 2 / 2)
             if self.rng.random() < self.spec.spike_prob:
@@ -179,6 +180,13 @@ class PipelineSim:
             if st.completed and spec.kind == "actor" and st.groups:  # as Ray Data and the shim release
                 st.groups, st.config_replicas = [], 0  # a finished pool's actors ("consumed all inputs")
         self.time_s += dt
+
+    def _task_rate(self, rate: float, op: SimOperator) -> float:
+        """A replica's rows/s with a task operator's per-task latency (:attr:`PipelineSpec.task_latency_s`)."""
+        if op.kind != "task" or self.spec.task_latency_s <= 0 or rate <= 0:
+            return rate
+        rows = self.spec.rows_per_block
+        return rows / (rows / rate + self.spec.task_latency_s)
 
     # --- snapshots -------------------------------------------------------------------
 
