@@ -38,6 +38,9 @@ class _Group:
     spawn_left_s: float = 0.0
     """CPU-seconds of its process start left (:attr:`PipelineSpec.actor_spawn_s`); its ``ready_at_s``
     is infinite until they are done."""
+    held_rows: float = 0.0
+    """Input rows an OOM-killed replica's tasks held: Ray retries an actor's tasks on that actor once
+    it is up again, so they wait for it."""
 
 
 @dataclass
@@ -54,6 +57,8 @@ class _OpState:
     bytes_in: float = 0.0
     busy_s: float = 0.0
     failed: int = 0
+    held_rows: float = 0.0
+    """Input rows held by killed replicas' tasks (:attr:`_Group.held_rows`), out of the queue."""
     config_replicas: int = 0
     batch_size: int | None = None
     num_gpus: float = 0.0
@@ -148,10 +153,12 @@ class Actuation:
                     if gated:
                         slots -= fit
                     spawn = self.spec.actor_spawn_s if cold > 0 else 0.0
+                    held, g.held_rows = (g.held_rows, 0.0) if fit == g.count else (0.0, g.held_rows)
                     started = _Group(count=fit, batch_size=g.batch_size, num_gpus=g.num_gpus,
                                      accelerator_type=g.accelerator_type,
                                      ready_at_s=math.inf if spawn > 0 else self.time_s + cold,
-                                     gpu_type=f[2] if g.num_gpus > 0 else None, node=k, spawn_left_s=spawn)
+                                     gpu_type=f[2] if g.num_gpus > 0 else None, node=k, spawn_left_s=spawn,
+                                     held_rows=held)
                     st.groups.insert(st.groups.index(g), started)
                     g.count -= fit
                     f[0] -= fit * cpus

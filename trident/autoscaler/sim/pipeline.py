@@ -8,7 +8,8 @@ warm (``heap_base_bytes`` is its memory at rest, read as a replica comes up). Re
 dataset position. Input queues are bounded (``queue_limit_rows``): a full queue blocks
 its upstream (backpressure). New replicas start after ``cold_start_s`` and only when
 the cluster's CPUs and GPUs (per accelerator type) allow; when the warm replicas' heap
-exceeds the memory limit, the OOM killer restarts the largest ones.
+exceeds the memory limit, the OOM killer restarts the largest ones; the tasks a killed actor held
+wait for it to be up again (Ray retries an actor's tasks on that actor).
 
 Every ``interval_s`` the simulator builds a :class:`~trident.core.types.Snapshot` as the
 Ray shim would (tasks in flight as Ray's actor pools count them: up to two per actor while
@@ -121,16 +122,19 @@ class PipelineSim:
         for i, st in enumerate(self.ops):
             reg = self._regime(i, st)
             for g in self._warm(st):
-                heaps.append((st.spec.heap_bytes(g.batch_size, reg), g, st))
-        total = sum(h * g.count for h, g, _ in heaps)
-        for h, g, st in sorted(heaps, key=lambda x: -x[0]):
+                heaps.append((st.spec.heap_bytes(g.batch_size, reg), g, st, i))
+        total = sum(h * g.count for h, g, _, _ in heaps)
+        for h, g, st, i in sorted(heaps, key=lambda x: -x[0]):
             while total > self.spec.memory_limit_bytes and g.count > 0 and h > 0:
-                g.count -= 1  # the largest worker is killed and restarted: a cold start again
-                total -= h
+                g.count -= 1  # the largest worker is killed and restarted: a cold start again, and
+                total -= h  # the tasks it held (two in flight) wait for it (Ray retries them on it)
                 self.oom_kills += 1
                 st.failed += 1
+                held = min(st.queue_rows, 2.0 * (g.batch_size or self.spec.rows_per_block)) if i > 0 else 0.0
+                st.queue_rows -= held
+                st.held_rows += held
                 st.groups.append(_Group(count=1, batch_size=g.batch_size, num_gpus=g.num_gpus,
-                                        accelerator_type=g.accelerator_type, ready_at_s=None))
+                                        accelerator_type=g.accelerator_type, ready_at_s=None, held_rows=held))
         for st in self.ops:
             st.groups = [g for g in st.groups if g.count > 0]
         self.actuation.start_pending()
@@ -141,6 +145,7 @@ class PipelineSim:
         self.actuation.start_pending()
         self._oom()
         for i, st in enumerate(self.ops):
+            self._release(st)
             spec, reg = st.spec, self._regime(i, st)
             upstream_done = i == 0 or self.ops[i - 1].completed
             avail = self.source_left if i == 0 else st.queue_rows
@@ -175,11 +180,23 @@ class PipelineSim:
             st.rows_out += done * spec.selectivity
             if i + 1 < len(self.ops):
                 self.ops[i + 1].queue_rows += done * spec.selectivity
-            left = self.source_left if i == 0 else st.queue_rows
+            left = self.source_left if i == 0 else st.queue_rows + st.held_rows
             st.completed = upstream_done and left <= 1e-6
             if st.completed and spec.kind == "actor" and st.groups:  # as Ray Data and the shim release
                 st.groups, st.config_replicas = [], 0  # a finished pool's actors ("consumed all inputs")
         self.time_s += dt
+
+    def _release(self, st: _OpState) -> None:
+        """Rows killed replicas held go back to the queue once their replica is up again (or the
+        pool let it go before it was)."""
+        if st.held_rows <= 0:
+            return
+        back = sum(g.held_rows for g in self._warm(st))
+        for g in self._warm(st):
+            g.held_rows = 0.0
+        back += max(st.held_rows - back - sum(g.held_rows for g in st.groups), 0.0)
+        st.held_rows -= back
+        st.queue_rows += back
 
     def _task_rate(self, rate: float, op: SimOperator) -> float:
         """A replica's rows/s with a task operator's per-task latency (:attr:`PipelineSpec.task_latency_s`)."""
