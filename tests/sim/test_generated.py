@@ -76,6 +76,8 @@ FIXED = {
         "stopped the pool for a swap that could at best match what it made",
     61: "a plan 8-9% better than the current one, under the 10% hysteresis, was found at every look for "
         "130 s and never taken",
+    60: "Ray's rule ran 32 OOM kills past the memory limit for free: the simulator gave a killed actor's "
+        "tasks to the others at once, where Ray retries them on that actor after its cold start",
 }
 """Development seeds trident once lost to Ray's rule, and why: each stays at >= 0.98x."""
 
