@@ -118,6 +118,7 @@ def one_round(mode: str, address: str, arrivals, work: str, lead_s: float,
         with open(out) as f:
             results.append(json.load(f))
     if killed is not None:
+        killed.cancel()  # every driver ended before the kill: nothing to kill
         killed.join()
         for r in results:
             at = t0 + kill_at

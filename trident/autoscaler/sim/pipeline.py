@@ -191,9 +191,9 @@ class PipelineSim:
         pool let it go before it was)."""
         if st.held_rows <= 0:
             return
-        back = sum(g.held_rows for g in self._warm(st))
+        back = 0.0
         for g in self._warm(st):
-            g.held_rows = 0.0
+            back, g.held_rows = back + g.held_rows, 0.0
         back += max(st.held_rows - back - sum(g.held_rows for g in st.groups), 0.0)
         st.held_rows -= back
         st.queue_rows += back
