@@ -78,6 +78,10 @@ FIXED = {
         "130 s and never taken",
     60: "Ray's rule ran 32 OOM kills past the memory limit for free: the simulator gave a killed actor's "
         "tasks to the others at once, where Ray retries them on that actor after its cold start",
+    45: "the bottleneck, explored on a type where it ran at half its rate, had its windows there at 42 s "
+        "and went back only at 61 s, after the dwell",
+    152: "a pool explored on a type where its first window showed under half its rate waited for a "
+         "second window and the dwell before it went back",
 }
 """Development seeds trident once lost to Ray's rule, and why: each stays at >= 0.98x."""
 

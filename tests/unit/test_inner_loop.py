@@ -356,7 +356,7 @@ def test_the_bottleneck_is_explored_only_with_enough_work_left_for_a_move_to_pay
 def test_an_explored_pool_measured_slower_goes_back_once_and_a_faster_one_stays():
     import numpy as np
 
-    from trident.autoscaler.policies.trident.explore import Tried, reverts
+    from trident.autoscaler.policies.trident.explore import Tried, back_due, reverts
     from trident.autoscaler.policies.trident.records import RateSample, key_of
     from trident.autoscaler.policies.trident.tracking import Observer
 
@@ -364,9 +364,11 @@ def test_an_explored_pool_measured_slower_goes_back_once_and_a_faster_one_stays(
     obs = Observer(settings=S, rng=np.random.default_rng(0), seed=0)
     tr = obs.track(pool)
     tried = {("embed", tr.regime_start_s): Tried(source="B", rate=100.0, target="A")}
-    tr.rates.append(RateSample(1.0, key_of(pool.config), 40.0))
-    assert reverts([pool], obs.tracks, tried, windows=2) == []  # one window on A: not yet
+    tr.rates.append(RateSample(1.0, key_of(pool.config), 60.0))
+    assert not back_due([pool], obs.tracks, tried, windows=2)
+    assert reverts([pool], obs.tracks, tried, windows=2) == []  # one window on A, not clearly slower: not yet
     tr.rates.append(RateSample(2.0, key_of(pool.config), 44.0))
+    assert back_due([pool], obs.tracks, tried, windows=2)  # the planner looks at once, past the dwell
     (back,) = reverts([pool], obs.tracks, tried, windows=2)
     assert back[0].accelerator_type == "B" and back[0].replicas == 2 and "back to B" in back[1]
     assert reverts([pool], obs.tracks, tried, windows=2) == []  # settled: once
@@ -374,7 +376,12 @@ def test_an_explored_pool_measured_slower_goes_back_once_and_a_faster_one_stays(
     (back,) = reverts([pool], obs.tracks, fewer, windows=2)  # explored with 2 of its 3: back with 3
     assert back[0].replicas == 3
     faster = {("embed", tr.regime_start_s): Tried(source="B", rate=30.0, target="A")}
+    assert not back_due([pool], obs.tracks, faster, windows=2)
     assert reverts([pool], obs.tracks, faster, windows=2) == []
+    tr.rates[:] = [RateSample(1.0, key_of(pool.config), 40.0)]  # one window, under half the rate where it was
+    clearly = {("embed", tr.regime_start_s): Tried(source="B", rate=100.0, target="A")}
+    (back,) = reverts([pool], obs.tracks, clearly, windows=2)
+    assert back[0].accelerator_type == "B"
 
 
 def test_actors_pending_although_the_totals_fit_cap_task_operators_but_never_the_sink():

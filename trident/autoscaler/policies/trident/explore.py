@@ -30,6 +30,9 @@ from trident.autoscaler.policies.trident.track import OperatorTrack
 from trident.core.plan.placement import ANY_GPU, PlacementProblem
 from trident.core.types import OperatorSnapshot, OperatorTarget, Snapshot
 
+CLEARLY_SLOWER = 0.5
+"""A pool explored on a type where its first rate window is under this fraction of its rate
+where it was goes back without waiting for more windows."""
 CHEAP_SHARE = 0.1
 """The share of the work left a pool may lose measuring a type where fewer of its replicas fit."""
 
@@ -74,23 +77,45 @@ def reverts(ops: list[OperatorSnapshot], tracks: dict[str, OperatorTrack], tried
     """The move back (at most one) of a pool measured slower where it was explored than where it
     was, or no faster where it was explored on fewer replicas (pinned there, it could not grow:
     a plan of 6 on any GPU left 4 pending on the type that held 2): once its ``windows`` rate
-    windows there are in, whatever the planner makes of them (seed 152: a pool 2x faster on C,
+    windows there are in (one, where it is under :data:`CLEARLY_SLOWER` of its rate where it
+    was), whatever the planner makes of them (seed 152: a pool 2x faster on C,
     explored on A, stayed on A when the planner, with no unpinned pool measured per type, planned
     every pool on any GPU)."""
     for o in ops:
-        t = tried.get((o.name, tracks[o.name].regime_start_s)) if o.name in tracks else None
-        measured = tracks[o.name].measured(key_of(o.config)) if t is not None else []
-        if t is None or t.settled or o.config.accelerator_type != t.target or len(measured) < windows:
-            continue
-        t.settled = True
-        here = statistics.median(measured)
-        fewer = (o.config.replicas or 0) < (t.replicas or 0)  # its type had room for fewer: no faster, it goes back
-        if t.source is not None and t.rate and (here * 1.1 < t.rate or fewer and here < 1.1 * t.rate):
-            return [(OperatorTarget(name=o.name, replicas=max(t.replicas or 0, o.config.replicas or 0),
-                                    accelerator_type=t.source),
-                     f"explore: {o.name} back to {t.source} ({here:.3g} rows/s per replica on {t.target}, "
-                     f"{t.rate:.3g} where it was)")]
+        verdict = _verdict(o, tracks, tried, windows)
+        if verdict is not None:
+            verdict[0].settled = True
+            if verdict[1] is not None:
+                return [verdict[1]]
     return []
+
+
+def back_due(ops: list[OperatorSnapshot], tracks: dict[str, OperatorTrack], tried: dict[tuple[str, float], Tried], *,
+             windows: int) -> bool:
+    """Whether :func:`reverts` would move a pool back now: the planner then looks at once, past
+    the dwell (else a pool measured at half its rate where it was explored runs there until the
+    dwell after its move ends)."""
+    return any(v is not None and v[1] is not None for v in (_verdict(o, tracks, tried, windows) for o in ops))
+
+
+def _verdict(o: OperatorSnapshot, tracks: dict[str, OperatorTrack], tried: dict[tuple[str, float], Tried],
+             windows: int) -> tuple[Tried, tuple[OperatorTarget, str] | None] | None:
+    """``None`` while ``o`` is no explored pool whose ``windows`` windows are in; else its
+    :class:`Tried` and the move back, if it goes back."""
+    t = tried.get((o.name, tracks[o.name].regime_start_s)) if o.name in tracks else None
+    measured = tracks[o.name].measured(key_of(o.config)) if t is not None else []
+    if t is None or t.settled or o.config.accelerator_type != t.target or not measured:
+        return None
+    here = statistics.median(measured)
+    if len(measured) < windows and not (t.rate and here < CLEARLY_SLOWER * t.rate):
+        return None
+    fewer = (o.config.replicas or 0) < (t.replicas or 0)  # its type had room for fewer: no faster, it goes back
+    if t.source is not None and t.rate and (here * 1.1 < t.rate or fewer and here < 1.1 * t.rate):
+        return t, (OperatorTarget(name=o.name, replicas=max(t.replicas or 0, o.config.replicas or 0),
+                                  accelerator_type=t.source),
+                   f"explore: {o.name} back to {t.source} ({here:.3g} rows/s per replica on {t.target}, "
+                   f"{t.rate:.3g} where it was)")
+    return t, None
 
 
 def bottleneck(prob: PlacementProblem, ops: list[OperatorSnapshot], cold_starts: float) -> list[OperatorSnapshot]:

@@ -160,6 +160,7 @@ def explore_types(st: PolicyState, snap: Snapshot, ops, prob, now: float, notes:
     s = st.settings
     left_s = problem.remaining_s(snap, prob, st.tracks)
     if left_s is not None and left_s < s.explore_min_remaining_s:
+        explore.reverts(ops, st.tracks, st.explored, windows=s.explore_windows)  # settled where they are
         return None
     free = room_of(snap, {}, st.heaps(snap), st.limit(snap), margin=s.memory_margin)
     pins = (explore.reverts(ops, st.tracks, st.explored, windows=s.explore_windows)

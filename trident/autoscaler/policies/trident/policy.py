@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from trident.autoscaler.policies.trident import planner, problem
+from trident.autoscaler.policies.trident import explore, planner, problem
 from trident.autoscaler.policies.trident.rollouts import inner, rollout
 from trident.autoscaler.policies.trident.settings import TridentSettings
 from trident.autoscaler.policies.trident.state import PolicyState
@@ -159,7 +159,8 @@ def outer(st: PolicyState, snap: Snapshot, now: float, notes: list[str]) -> Deci
     typed = _types_newly_measured(st, snap)
     if typed:
         notes.append("accelerator types measured: the pools can be planned per type now")
-    changed = st.observer.changed or st.replan_now or typed
+    back = explore.back_due(problem.plannable(snap), st.tracks, st.explored, windows=st.settings.explore_windows)
+    changed = st.observer.changed or st.replan_now or typed or back
     dwell_s = st.dwell_s()
     if st.last_plan_s is not None and now - st.last_plan_s < dwell_s and not changed:
         return Decision(time_s=now, reason=f"dwell: last plan {now - st.last_plan_s:.0f} s ago "
