@@ -2,7 +2,7 @@
 and when Ray's own rule drives a pool."""
 import pytest
 
-from trident.autoscaler.shim.starts import StartGate, start_slots, starting
+from trident.autoscaler.shim.starts import SPAWN_HOLD_S, StartClock, StartGate, start_slots, starting
 
 
 def _node(host, cpus, alive=True):
@@ -26,10 +26,32 @@ def test_at_least_one_slot():
 
 def test_pending_actors_waiting_for_room_are_not_starting():
     # pool a: 4 running at 0.5 GPU and 2 pending; pool b: 2 running at 1 GPU and 3 pending (4 GPUs held)
-    pools = [(4, 2, 0.5), (2, 3, 1.0)]
+    pools = [(4, 2, 0.5, 2), (2, 3, 1.0, 3)]
     assert starting(pools, gpus=5.0) == 2  # a's two fit in the free GPU; none of b's
     assert starting(pools, gpus=6.0) == 3  # one GPU more: one of b's starts too
-    assert starting([(1, 3, 0.0)], gpus=0.0) == 3  # GPU-less actors always count
+    assert starting([(1, 3, 0.0, 3)], gpus=0.0) == 3  # GPU-less actors always count
+    assert starting([(4, 2, 0.5, 1), (2, 3, 1.0, 0)], gpus=6.0) == 1  # only those still starting hold a slot
+
+
+def test_a_started_actor_holds_its_slot_briefly_on_an_idle_host_and_until_up_on_a_busy_one():
+    clock = StartClock()
+    cores, busy = 2, [0.0]
+    clock.read_host(0.0, lambda: (cores, busy[0]))
+    clock.start("a", 2, 0.0)
+    assert clock.holding("a", 2, 0.5) == 2  # busy until the host's load is read: both hold
+    busy[0] += 0.2  # 0.2 core-seconds in 1 s on 2 cores: idle (constructors that wait)
+    clock.read_host(1.0, lambda: (cores, busy[0]))
+    assert not clock.busy
+    assert clock.holding("a", 2, SPAWN_HOLD_S + 0.01) == 0  # past the hold: the next starts may go
+    clock.start("a", 1, 2.0)
+    assert clock.holding("a", 3, 2.5) == 1  # the newest is still within its hold
+    assert clock.holding("a", 1, 2.5) == 1  # two came up: the oldest ones left the clock
+    busy[0] += 1.8  # 1.8 of 2 cores busy over 1 s (constructors that compute)
+    clock.read_host(2.0, lambda: (cores, busy[0]))
+    assert clock.busy and clock.holding("a", 1, 9.0) == 1
+    assert clock.holding("b", 2, 9.0) == 2  # started by Ray's rule: counted from when first seen
+    clock.read_host(3.0, lambda: (None, None))
+    assert clock.busy  # a load that cannot be read counts as busy
 
 
 def test_the_gate_grants_in_order_and_keeps_what_it_held_back():

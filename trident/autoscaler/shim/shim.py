@@ -78,6 +78,8 @@ class ExecutionShim:
         """Actors started side by side at most (:mod:`trident.autoscaler.shim.starts`), set at install."""
         self.held: dict[Any, int] = {}
         """Actors each pool would start and waits to: shown as pending actors."""
+        self.starts = None
+        """When each pool's pending actors started (:class:`trident.autoscaler.shim.starts.StartClock`)."""
         self.ray_until_named = False
         """Ray's own rule drives a pool until a plan names it (:meth:`_ray_drives`)."""
         self.history = None
@@ -91,7 +93,7 @@ class ExecutionShim:
     def install(self) -> None:
         from trident.autoscaler.shim.compat import capabilities
         from trident.autoscaler.shim.metrics import ClusterWatch, OperatorNames, SnapshotBuilder
-        from trident.autoscaler.shim.starts import cluster_start_slots
+        from trident.autoscaler.shim.starts import StartClock, cluster_start_slots
 
         caps = capabilities(self.executor)
         if not caps.observe:
@@ -114,6 +116,7 @@ class ExecutionShim:
             cap_of=self._cap_of, cluster=ClusterWatch(self.executor._resource_manager, self.config.memory_limit_bytes),
             held_of=lambda op: self.held.get(op, 0), ray_memory=self.config.memory_scope == "ray")
         self.start_slots = self.config.start_slots or cluster_start_slots()
+        self.starts = StartClock()
         self.observing = True
         self.client = self.run._controller_client()
         self._open_history()
@@ -353,12 +356,16 @@ class ExecutionShim:
 
         from trident.autoscaler.shim.starts import StartGate
 
+        from trident.autoscaler.shim.actor_processes import host_cpu
+
         clamp = self._budget_clamp()
+        now = self.now_s()
+        self.starts.read_host(now, host_cpu)
         gate = StartGate(self._free_slots)
         actors = [(op, state) for op, state in self.executor._topology.items() if self.kinds.get(op) == "actor"]
         for op, state in sorted(actors, key=lambda a: self._filled(a[0])):
             pool = op.get_autoscaling_actor_pools()[0]
-            grant = (lambda n, op=op: gate.grant(op, n))
+            grant = (lambda n, op=op: self._granted(op, gate.grant(op, n), now))
             rollout = self.rollouts.get(op)
             if rollout is not None:
                 rollout.size = max(1, self.pool_targets.get(op, rollout.size))
@@ -396,16 +403,24 @@ class ExecutionShim:
         self.held = gate.held
         self._check_reached(self.now_s())
 
+    def _granted(self, op: Any, n: int, now: float) -> int:
+        """``n`` actors of ``op`` granted a start at ``now``: the clock of their slots runs."""
+        self.starts.start(op, n, now)
+        return n
+
     def _free_slots(self) -> int:
-        """:attr:`start_slots` less the actors starting now (:func:`~trident.autoscaler.shim.starts.starting`)."""
+        """:attr:`start_slots` less the pending actors that hold one
+        (:func:`~trident.autoscaler.shim.starts.starting`)."""
         from trident.autoscaler.shim.starts import starting
 
-        pools = []
+        pools, now = [], self.now_s()
         for op, kind in self.kinds.items():
             if kind == "actor" and not op.has_completed():
                 pool = op.get_autoscaling_actor_pools()[0]
-                pools.append((pool.num_alive_actors(), pool.num_pending_actors(), self.builder.config(op).num_gpus))
-        return self.start_slots - starting(pools, self.builder.cluster.view(self.now_s()).gpus)
+                pending = pool.num_pending_actors()
+                pools.append((pool.num_alive_actors(), pending, self.builder.config(op).num_gpus,
+                              self.starts.holding(op, pending, now)))
+        return self.start_slots - starting(pools, self.builder.cluster.view(now).gpus)
 
     def _filled(self, op: Any) -> float:
         """The share of ``op``'s target its actors up or starting make (1 with no target)."""

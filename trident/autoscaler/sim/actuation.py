@@ -122,6 +122,14 @@ class Actuation:
             return [k for t in order for k, f in enumerate(free) if f[2] == t]
         return sorted(range(len(free)), key=lambda k: (free[k][2] is not None, -free[k][0], k))
 
+    def _holds_slot(self, g: _Group) -> bool:
+        """Whether a started group still holds its start slots: while its processes spawn on the
+        host's cores (its constructor then runs beside the next ones), or, with no spawn modelled,
+        until it is up."""
+        if self.spec.actor_spawn_s > 0:
+            return g.spawn_left_s > 0 and g.count > 0
+        return g.ready_at_s is not None and g.ready_at_s > self.time_s
+
     def start_pending(self) -> None:
         """Start waiting groups, in order, while a node has room (partially when it has some)
         and, for actors, while fewer than ``spec.start_slots`` replicas are starting (then to the
@@ -129,8 +137,7 @@ class Actuation:
         free = self._free()
         slots, order = self.spec.start_slots, self.ops
         if slots is not None:
-            slots -= sum(g.count for st in self.ops for g in st.groups
-                         if g.ready_at_s is not None and g.ready_at_s > self.time_s)
+            slots -= sum(g.count for st in self.ops for g in st.groups if self._holds_slot(g))
             order = sorted(self.ops, key=self._filled)
         for st in order:
             cpus = st.spec.num_cpus
