@@ -56,9 +56,13 @@ SPAWN_S = 0.85
 """CPU-seconds an actor's process takes to start on this machine (``benchmarks/actor_starts.py``:
 one at a time, one every 0.75-0.95 s): the simulator's ``actor_spawn_s`` beside the real runs."""
 TASK_LATENCY_S = 0.16
-"""Seconds a Ray Data task takes beyond its work on this machine (``benchmarks/task_latency.py``:
-0.04, 0.14, 0.18 and 0.20 s at 1, 2, 4 and 8 tasks at once; their median): the simulator's
+"""Seconds a Ray Data task takes beyond its work on this machine at up to 8 tasks at once
+(``benchmarks/task_latency.py``: 0.03, 0.14, 0.19 and 0.22 s at 1, 2, 4 and 8): the simulator's
 ``task_latency_s`` beside the real runs."""
+TASK_OVERHEAD_S = 0.035
+"""Host CPU-seconds a task costs on this machine: at 16 tasks at once a task takes 0.28 s beyond its
+work (``task_latency.py``), 16 x 0.035 s over the 2 cores (at 32, 0.62 s: 32 x 0.039 s); the
+simulator's ``task_overhead_s``."""
 
 
 # --- which seeds this machine can host -------------------------------------------------------------
@@ -259,7 +263,8 @@ def prediction_errors(ex) -> list[float]:
 def simulated(drawn: Drawn, cores: int) -> dict[str, float]:
     """The simulator's wall for ``drawn`` under each policy (seconds), on a host of ``cores`` cores
     as the real runs are: every node's actors start their processes on those cores
-    (:data:`SPAWN_S` each), a task takes :data:`TASK_LATENCY_S` beyond its work, and trident's
+    (:data:`SPAWN_S` each), a task takes :data:`TASK_LATENCY_S` beyond its work (more with many at
+    once: :data:`TASK_OVERHEAD_S`), and trident's
     shim starts at most ``cores`` actors side by side."""
     from trident.autoscaler.sim.pipeline import simulate
     from trident.autoscaler.sim.ray_rule import RayRule
@@ -267,7 +272,7 @@ def simulated(drawn: Drawn, cores: int) -> dict[str, float]:
 
     ctx = PolicyContext(memory_limit_bytes=drawn.memory_limit_bytes, seed=drawn.seed)
     return {p: simulate(replace(drawn.spec, actor_spawn_s=SPAWN_S, host_cores=cores, task_latency_s=TASK_LATENCY_S,
-                                start_slots=cores if p == "trident" else None),
+                                task_overhead_s=TASK_OVERHEAD_S, start_slots=cores if p == "trident" else None),
                         policy=RayRule(context=ctx) if p == "ray" else "trident", seed=drawn.seed,
                         context=ctx, max_time_s=3_600.0).wall_s for p in POLICIES}
 

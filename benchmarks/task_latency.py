@@ -1,6 +1,6 @@
 """How long a Ray Data task takes beyond its work on this machine, at a few concurrencies.
 
-On ``ray.init(num_cpus=16)``, ``ray.data.range`` of ``--blocks`` blocks of 100 rows goes through
+On ``ray.init(num_cpus=max(16, c))``, ``ray.data.range`` of ``--blocks`` blocks of 100 rows goes through
 one ``map_batches`` task operator (fused with the read: one task a block) whose function sleeps
 ``--sleep-s`` a block, at ``concurrency=c`` for each ``c`` of ``--concurrency``; each run's wall
 gives the seconds a task takes, ``wall x c / blocks``, and its latency, that less the sleep.
@@ -9,7 +9,7 @@ its blocks' transfer and the driver's executor are real. Its latency at low conc
 pipeline simulator's ``task_latency_s`` beside real runs (``benchmarks/generalization.py``).
 Writes benchmarks/results/task_latency.json (RESULTS.md shape) and task_latency.png.
 
-    python benchmarks/task_latency.py --concurrency 1 2 4 8 --rounds 2
+    python benchmarks/task_latency.py --concurrency 1 2 4 8 16 32 --rounds 2
 """
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def main() -> int:
         parser.error("--rounds, --blocks, --concurrency >= 1; --sleep-s >= 0")
     os.makedirs(args.out, exist_ok=True)
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    ray.init(num_cpus=16, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=max(16, *args.concurrency), include_dashboard=False, log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     task_s(4 * max(args.concurrency), max(args.concurrency), 0.0)  # warm-up: worker processes

@@ -101,6 +101,41 @@ def test_a_task_s_latency_slows_task_operators_and_not_actor_pools():
     assert pooled[0] == pooled[1]  # the read tasks (4 x 100 rows/s) are not the bottleneck: ocr's pool is
 
 
+def test_many_tasks_at_once_share_the_host_s_cores_for_their_overhead():
+    """16 read tasks at once of 1 s of work, each costing the host 0.25 CPU-seconds on 2 cores:
+    a task's latency is 16 x 0.25 / 2 = 2 s, so a task takes 3 s; 2 tasks at once stay at the
+    0.1 s floor (2 x 0.25 / 2 = 0.25 s)."""
+    def wall(n):
+        ops = (SimOperator(name="read", kind="task", peak_rows_per_s=(("cpu", 100.0),), replicas=n, max_replicas=n),)
+        return simulate(_spec(operators=ops, nodes=(SimNodes(count=1, cpus=16, gpus=0),), task_latency_s=0.1,
+                              task_overhead_s=0.25, host_cores=2), policy=Scripted([]), seed=0).wall_s
+    assert wall(16) == pytest.approx(20_000 / (1600 / 3.0), rel=0.08)
+    assert wall(2) == pytest.approx(20_000 / (200 / 1.25), rel=0.05)
+    with pytest.raises(ConfigError, match="task_overhead_s"):
+        _spec(task_overhead_s=-0.1)
+
+
+def test_ray_s_rule_adds_no_more_actors_than_the_free_gpus_hold_and_shrinks_a_starved_pool():
+    """Ray 2.60's autoscaler caps a scale-up at what the cluster's free resources hold in all (a
+    pool asking for more would hold pending actors, and Ray shrinks no pool with actors pending),
+    and a pool starved of input shrinks."""
+    from trident.autoscaler.sim.ray_rule import RayRule
+
+    ops = (SimOperator(name="read", kind="task", peak_rows_per_s=(("cpu", 200.0),), replicas=2, max_replicas=2,
+                       regimes=(Regime(start=4_000, rate_scale=0.1),), regime_by="rows"),
+           SimOperator(name="embed", kind="actor", peak_rows_per_s=(("A", 40.0),), replicas=1, max_replicas=16,
+                       num_gpus=1, cold_start_s=2.0))
+    spec = _spec(operators=ops, nodes=(SimNodes(count=1, cpus=16, gpus=6, gpu_type="A"),), total_rows=6_000)
+    sim = PipelineSim(spec, policy=RayRule(), seed=0)
+    res = sim.run()
+    embed = [s.operator("embed") for s in res.snapshots]
+    assert res.finished and res.source_rows == 6_000
+    assert max(o.config.replicas for o in embed) == 6  # its backlog asks for more: 6 fit
+    assert max(o.actors_running for o in embed) == 6  # and all of them start
+    peak = max(range(len(embed)), key=lambda i: embed[i].config.replicas)
+    assert min(o.config.replicas for o in embed[peak:]) < embed[peak].config.replicas  # read starves it: it shrinks
+
+
 def test_replicas_wait_for_free_gpus():
     pol = Scripted([(5.0, OperatorTarget(name="ocr", replicas=12))])  # 8 A GPUs in the cluster
     simulate(_spec(), policy=pol, seed=0)

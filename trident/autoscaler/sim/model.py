@@ -132,6 +132,11 @@ class PipelineSpec:
     """Seconds a task operator's task takes beyond its work (scheduling, its block's transfer): a
     task of ``rows_per_block`` rows takes ``rows / rate + task_latency_s``. Actor pools keep a
     second task in flight and hide it."""
+    task_overhead_s: float = 0.0
+    """CPU-seconds of the host's each task costs beyond its work, on ``host_cores`` cores shared by
+    every task running at once: with ``c`` tasks at once a task's latency is at least
+    ``c * task_overhead_s / host_cores`` (the host handles at most ``host_cores / task_overhead_s``
+    tasks a second)."""
 
     def __post_init__(self) -> None:
         if not self.operators:
@@ -145,10 +150,11 @@ class PipelineSpec:
             raise ConfigError("noise/spike_prob", (self.noise, self.spike_prob), "noise >= 0, spike_prob in [0, 1]")
         if self.start_slots is not None and self.start_slots < 1:
             raise ConfigError("start_slots", self.start_slots, "None or an integer >= 1")
-        if not (self.actor_spawn_s >= 0 and self.host_cores >= 1 and self.task_latency_s >= 0):
-            raise ConfigError("actor_spawn_s/host_cores/task_latency_s",
-                              (self.actor_spawn_s, self.host_cores, self.task_latency_s),
-                              "actor_spawn_s >= 0, host_cores >= 1, task_latency_s >= 0")
+        if not (self.actor_spawn_s >= 0 and self.host_cores >= 1 and self.task_latency_s >= 0
+                and self.task_overhead_s >= 0):
+            raise ConfigError("actor_spawn_s/host_cores/task_latency_s/task_overhead_s",
+                              (self.actor_spawn_s, self.host_cores, self.task_latency_s, self.task_overhead_s),
+                              "actor_spawn_s >= 0, host_cores >= 1, task_latency_s >= 0, task_overhead_s >= 0")
 
     def cluster_view(self) -> ClusterView:
         by_type: dict[str, float] = {}

@@ -144,13 +144,14 @@ class PipelineSim:
         self.actuation.finish_rollouts()
         self.actuation.start_pending()
         self._oom()
+        latency = self._task_latency_s()
         for i, st in enumerate(self.ops):
             self._release(st)
             spec, reg = st.spec, self._regime(i, st)
             upstream_done = i == 0 or self.ops[i - 1].completed
             avail = self.source_left if i == 0 else st.queue_rows
             caps = [(g, g.count * self._task_rate(spec.rate_rows_per_s(
-                spec.device(g.gpu_type or g.accelerator_type, g.num_gpus), g.batch_size, reg), spec))
+                spec.device(g.gpu_type or g.accelerator_type, g.num_gpus), g.batch_size, reg), spec, latency))
                 for g in self._warm(st)]
             cap = sum(c for _, c in caps)
             speed = math.exp(self.rng.normal(0.0, self.spec.noise) - self.spec.noise ** 2 / 2)
@@ -198,12 +199,21 @@ class PipelineSim:
         st.held_rows -= back
         st.queue_rows += back
 
-    def _task_rate(self, rate: float, op: SimOperator) -> float:
-        """A replica's rows/s with a task operator's per-task latency (:attr:`PipelineSpec.task_latency_s`)."""
-        if op.kind != "task" or self.spec.task_latency_s <= 0 or rate <= 0:
+    def _task_latency_s(self) -> float:
+        """A task's seconds beyond its work now: :attr:`PipelineSpec.task_latency_s`, or more where
+        the tasks running at once (the task operators' busy replicas at the last step) take the
+        host's cores (:attr:`PipelineSpec.task_overhead_s`)."""
+        if self.spec.task_overhead_s <= 0:
+            return self.spec.task_latency_s
+        at_once = sum(sum(g.count for g in self._warm(st)) * st.utilisation for st in self.ops if st.spec.kind == "task")
+        return max(self.spec.task_latency_s, at_once * self.spec.task_overhead_s / self.spec.host_cores)
+
+    def _task_rate(self, rate: float, op: SimOperator, latency_s: float) -> float:
+        """A replica's rows/s with a task operator's per-task latency of ``latency_s``."""
+        if op.kind != "task" or latency_s <= 0 or rate <= 0:
             return rate
         rows = self.spec.rows_per_block
-        return rows / (rows / rate + self.spec.task_latency_s)
+        return rows / (rows / rate + latency_s)
 
     # --- snapshots -------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from trident.autoscaler.policies.trident.inner import Growth, pool_view, ray_rule
+from trident.autoscaler.policies.trident.inner import Growth, pool_view, ray_rule, room_of
 from trident.autoscaler.policies.trident.settings import TridentSettings
 from trident.core.policy import PolicyContext
 from trident.core.types import Decision, DecisionKind, OperatorTarget, Plan, Snapshot
@@ -30,12 +30,15 @@ class RayRule:
         targets, why = [], []
         self.growth.see(snapshot)
         since = self.growth.since(snapshot)
+        room = room_of(snapshot, {}, {}, None, margin=0.0)
         for o in snapshot.operators:
             c = o.config
             if o.completed or c.kind != "actor":
                 continue
-            size, reason = ray_rule(pool_view(o, since_grew_s=since.get(o.name, math.inf)), self.settings)
+            size, reason = ray_rule(pool_view(o, since_grew_s=since.get(o.name, math.inf)), self.settings,
+                                    queue_holds=False)
             size = max(c.min_replicas, size if c.max_replicas is None else min(size, c.max_replicas))
+            size = min(size, (c.replicas or 0) + _budget(room, c)) if size > (c.replicas or 0) else size
             if size != (c.replicas or 0) and self.sent.get(o.name) != size:
                 self.sent[o.name] = size
                 targets.append(OperatorTarget(name=o.name, replicas=size))
@@ -46,3 +49,15 @@ class RayRule:
         reason = "ray rule: " + "; ".join(why)
         return Decision(time_s=now, reason=reason, kind=DecisionKind.INNER,
                         plan=Plan(seq=self.seq, targets=tuple(targets), reason=reason, created_at_s=now))
+
+
+def _budget(room, c) -> int:
+    """Actors of configuration ``c`` Ray's autoscaler may add: what the cluster's free CPUs and GPUs
+    hold in all (its budget is a sum over the nodes, not a node's room; Ray 2.60's
+    ``_get_max_scale_up``), at least none."""
+    n = math.inf
+    if c.num_gpus > 0:
+        n = min(n, room.gpus / c.num_gpus)
+    if c.num_cpus > 0:
+        n = min(n, room.cpus / c.num_cpus)
+    return 0 if n == math.inf else max(0, int(n + 1e-9))

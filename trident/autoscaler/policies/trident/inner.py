@@ -53,8 +53,10 @@ class PoolView:
         return math.inf if self.size == 0 else self.in_flight / (self.slots * self.size)
 
 
-def ray_rule(pool: PoolView, settings: TridentSettings) -> tuple[int, str]:
-    """The size Ray's rule moves ``pool`` to (before bounds and room), and why."""
+def ray_rule(pool: PoolView, settings: TridentSettings, *, queue_holds: bool = True) -> tuple[int, str]:
+    """The size Ray's rule moves ``pool`` to (before bounds and room), and why. ``queue_holds``: a
+    pool with input waiting is not shrunk (the inner loop's rule; Ray 2.60's shrinks it all the
+    same)."""
     if pool.size == 0:
         return (1, "no actor: start one") if pool.queued or pool.in_flight else (0, "idle")
     if pool.received == 0:
@@ -69,7 +71,7 @@ def ray_rule(pool: PoolView, settings: TridentSettings) -> tuple[int, str]:
         backlog = math.ceil((pool.in_flight + pool.queued) / (pool.slots * settings.upscale_util))
         want = max(pool.size + 1, backlog)
         return want, f"utilisation {u:.2f} >= {settings.upscale_util:g} ({pool.in_flight} in flight, {pool.queued} queued)"
-    if u <= settings.downscale_util and pool.pending == 0 and pool.queued == 0:
+    if u <= settings.downscale_util and pool.pending == 0 and not (queue_holds and pool.queued):
         if pool.since_grew_s <= settings.downscale_debounce_s:
             return pool.size, f"utilisation {u:.2f}, grown {pool.since_grew_s:.0f} s ago"
         return pool.size - 1, f"utilisation {u:.2f} <= {settings.downscale_util:g}"
