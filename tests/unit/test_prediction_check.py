@@ -72,6 +72,11 @@ def test_a_regime_change_or_a_finished_operator_ends_the_check():
     done = dataclasses.replace(done, operators=(dataclasses.replace(done.operators[0], completed=True),
                                                 done.operators[1]))
     assert check.step(done, 20.0, interval_s=1.0, rolling_out=False) is None and check.done
+    # a plan made after read finished is made for the pool left: it is checked all the same
+    check.expect(3, {"pool": 100.0}, 20.0, cold_start_s=3.0, finished=frozenset({"read"}))
+    assert check.step(done, 21.0, interval_s=1.0, rolling_out=False) is None and not check.done
+    mismatch = check.step(done, 27.0, interval_s=1.0, rolling_out=False)  # past 21 + 3 s + two intervals
+    assert mismatch is not None and mismatch.late and mismatch.causes[0].kind == "pending"
 
 
 def test_a_planner_blind_to_the_nodes_learns_from_the_mismatch_and_plans_what_fits(monkeypatch):

@@ -80,6 +80,8 @@ class PredictionCheck:
     """(time, operator -> (rows out, actors running, input queued)) of the last snapshots."""
     before: dict[str, tuple[int, float]] = field(default_factory=dict)
     """Pools the plan found backlogged at a steady size: (replicas, rows out/s) over the window before it."""
+    finished: frozenset[str] = frozenset()
+    """Operators already finished when the plan was made (it was made for the ones left)."""
 
     def observe(self, snap: Snapshot, now: float) -> None:
         """Keep the last ``2 x window_s`` of each operator's output, actors and queue."""
@@ -88,10 +90,12 @@ class PredictionCheck:
         while self.history and now - self.history[0][0] > 2 * self.window_s:
             self.history.pop(0)
 
-    def expect(self, seq: int, predicted: dict[str, float], now: float, *, cold_start_s: float) -> None:
-        """A plan was issued at ``now``: once its rollout is over it should be in place within
-        ``cold_start_s`` plus two snapshot intervals, and put out ``predicted`` rows/s."""
-        self.seq, self.predicted, self.cold_start_s = seq, dict(predicted), cold_start_s
+    def expect(self, seq: int, predicted: dict[str, float], now: float, *, cold_start_s: float,
+               finished: frozenset[str] = frozenset()) -> None:
+        """A plan was issued at ``now`` with the operators ``finished`` done: once its rollout is
+        over it should be in place within ``cold_start_s`` plus two snapshot intervals, and put out
+        ``predicted`` rows/s."""
+        self.seq, self.predicted, self.cold_start_s, self.finished = seq, dict(predicted), cold_start_s, finished
         self.due_s, self.reached_s, self.start, self.low, self.done = None, None, None, 0, not predicted
         self.before = self._steady_before(now)
 
@@ -118,8 +122,9 @@ class PredictionCheck:
         if self.done:
             return None
         names = [o.name for o in snap.operators if o.name in self.predicted]
-        if not names or any(o.completed for o in snap.operators if o.config.kind in ("task", "actor")):
-            self.done = True  # an operator finished: the rest run on what it left, not on the plan
+        if not names or any(o.completed and o.name not in self.finished for o in snap.operators
+                            if o.config.kind in ("task", "actor")):
+            self.done = True  # an operator finished since: the rest run on what it left, not on the plan
             return None
         if self.reached_s is None:
             if rolling_out:

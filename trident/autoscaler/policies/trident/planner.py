@@ -141,7 +141,8 @@ def _roll_out(st: PolicyState, snap: Snapshot, ops, prob, planning, result, now:
                               [*notes, *result.notes], kind=DecisionKind.PLAN,
                               held=hold_running_tasks(snap) if moves(rollout.steps) else ((), ""))
     st.history_runs = tuple(sorted({e.history for e in planning.rates.values() if e.history}))
-    st.check.expect(st.plan_seq, dict(st.predicted), now, cold_start_s=max(cold_starts.values(), default=0.0))
+    st.check.expect(st.plan_seq, dict(st.predicted), now, cold_start_s=max(cold_starts.values(), default=0.0),
+                    finished=frozenset(o.name for o in snap.operators if o.completed))
     return decision
 
 
