@@ -352,11 +352,9 @@ class ExecutionShim:
         """Called instead of Ray's actor autoscaler, every scheduling step. New actors start at
         most :attr:`start_slots` at a time over all pools (:mod:`trident.autoscaler.shim.starts`), to
         the pools with the smallest share of their target up or starting first."""
-        from trident.autoscaler.shim.rollout import drive_to, resize
-
-        from trident.autoscaler.shim.starts import StartGate
-
         from trident.autoscaler.shim.actor_processes import host_cpu
+        from trident.autoscaler.shim.rollout import drive_to, resize
+        from trident.autoscaler.shim.starts import StartGate
 
         clamp = self._budget_clamp()
         now = self.now_s()

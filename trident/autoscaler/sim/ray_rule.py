@@ -1,17 +1,18 @@
 """Ray Data's own autoscaling rule, played on the fluid simulator (where the ``ray`` policy only
 observes): every step each actor pool moves as Ray 2.60's ``BacklogAwareActorAutoscaler`` would
 move it (:func:`~trident.autoscaler.policies.trident.inner.ray_rule`: up one at utilisation >= 1.75
-or a backlog, down one at <= 0.5, never while actors are pending nor within 10 s of growing), within the user's bounds; task
+or a backlog, down one at <= 0.5, never while actors are pending nor within 10 s of growing), within the user's bounds,
+a scale-up within what the cluster's free CPUs and GPUs hold in all (:func:`_budget`); task
 operators keep the concurrency the user gave them.
 The baseline of the generated-scenario benchmark. Pure: no Ray."""
 from __future__ import annotations
 
 import math
 
-from trident.autoscaler.policies.trident.inner import Growth, pool_view, ray_rule, room_of
+from trident.autoscaler.policies.trident.inner import Growth, Room, pool_view, ray_rule, room_of
 from trident.autoscaler.policies.trident.settings import TridentSettings
 from trident.core.policy import PolicyContext
-from trident.core.types import Decision, DecisionKind, OperatorTarget, Plan, Snapshot
+from trident.core.types import Decision, DecisionKind, OperatorConfig, OperatorTarget, Plan, Snapshot
 
 
 class RayRule:
@@ -51,7 +52,7 @@ class RayRule:
                         plan=Plan(seq=self.seq, targets=tuple(targets), reason=reason, created_at_s=now))
 
 
-def _budget(room, c) -> int:
+def _budget(room: Room, c: OperatorConfig) -> int:
     """Actors of configuration ``c`` Ray's autoscaler may add: what the cluster's free CPUs and GPUs
     hold in all (its budget is a sum over the nodes, not a node's room; Ray 2.60's
     ``_get_max_scale_up``), at least none."""
