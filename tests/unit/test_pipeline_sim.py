@@ -132,6 +132,13 @@ def test_ray_s_rule_adds_no_more_actors_than_the_free_gpus_hold_and_shrinks_a_st
     assert res.finished and res.source_rows == 6_000
     assert max(o.config.replicas for o in embed) == 6  # its backlog asks for more: 6 fit
     assert max(o.actors_running for o in embed) == 6  # and all of them start
+    from trident.autoscaler.policies.trident.inner import Room
+    from trident.autoscaler.sim.ray_rule import _budget
+    from trident.core.types import OperatorConfig
+
+    room = Room(cpus=3.0, gpus=1.0, gpus_by_type={}, memory_bytes=0.0)
+    assert _budget(room, OperatorConfig(kind="actor", replicas=1, num_cpus=1, num_gpus=0.5)) == 2
+    assert _budget(room, OperatorConfig(kind="actor", replicas=1, num_cpus=0, num_gpus=0)) is None  # Ray caps it at nothing
     peak = max(range(len(embed)), key=lambda i: embed[i].config.replicas)
     assert min(o.config.replicas for o in embed[peak:]) < embed[peak].config.replicas  # read starves it: it shrinks
 

@@ -205,7 +205,8 @@ class PipelineSim:
         host's cores (:attr:`PipelineSpec.task_overhead_s`)."""
         if self.spec.task_overhead_s <= 0:
             return self.spec.task_latency_s
-        at_once = sum(sum(g.count for g in self._warm(st)) * st.utilisation for st in self.ops if st.spec.kind == "task")
+        at_once = sum(sum(g.count for g in self._warm(st)) * st.utilisation
+                      for st in self.ops if st.spec.kind == "task")
         return max(self.spec.task_latency_s, at_once * self.spec.task_overhead_s / self.spec.host_cores)
 
     def _task_rate(self, rate: float, op: SimOperator, latency_s: float) -> float:

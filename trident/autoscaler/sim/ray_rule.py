@@ -39,7 +39,9 @@ class RayRule:
             size, reason = ray_rule(pool_view(o, since_grew_s=since.get(o.name, math.inf)), self.settings,
                                     queue_holds=False)
             size = max(c.min_replicas, size if c.max_replicas is None else min(size, c.max_replicas))
-            size = min(size, (c.replicas or 0) + _budget(room, c)) if size > (c.replicas or 0) else size
+            budget = _budget(room, c)
+            if budget is not None and size > (c.replicas or 0):
+                size = min(size, (c.replicas or 0) + budget)
             if size != (c.replicas or 0) and self.sent.get(o.name) != size:
                 self.sent[o.name] = size
                 targets.append(OperatorTarget(name=o.name, replicas=size))
@@ -52,13 +54,10 @@ class RayRule:
                         plan=Plan(seq=self.seq, targets=tuple(targets), reason=reason, created_at_s=now))
 
 
-def _budget(room: Room, c: OperatorConfig) -> int:
+def _budget(room: Room, c: OperatorConfig) -> int | None:
     """Actors of configuration ``c`` Ray's autoscaler may add: what the cluster's free CPUs and GPUs
     hold in all (its budget is a sum over the nodes, not a node's room; Ray 2.60's
-    ``_get_max_scale_up``), at least none."""
-    n = math.inf
-    if c.num_gpus > 0:
-        n = min(n, room.gpus / c.num_gpus)
-    if c.num_cpus > 0:
-        n = min(n, room.cpus / c.num_cpus)
-    return 0 if n == math.inf else max(0, int(n + 1e-9))
+    ``_get_max_scale_up``), at least none; ``None`` (no cap) for an actor that needs neither."""
+    n = min([have / need for need, have in ((c.num_cpus, room.cpus), (c.num_gpus, room.gpus)) if need > 0],
+            default=math.inf)
+    return None if math.isinf(n) else max(0, int(n + 1e-9))
