@@ -99,3 +99,25 @@ def test_the_simulator_counts_finished_tasks_per_batch():
     for op, snap in zip(drawn.spec.operators, res.snapshots[-1].operators):
         rows_per_task = op.batch_size or drawn.spec.rows_per_block
         assert snap.tasks_finished == pytest.approx(snap.rows_in_total / rows_per_task, abs=1.0)
+
+
+def test_a_kept_plan_whose_actor_stays_pending_is_a_mismatch_that_names_it():
+    """Seed 47: a replan leaves one actor of op5 pending and the looks after it keep the plan. The
+    keep is a prediction too: within a cold start plus a few intervals of it, a ``mismatch`` names
+    the pending actor and the resource, and a plan follows."""
+    drawn = draw(47, work_s=240)
+    ctx = PolicyContext(memory_limit_bytes=drawn.memory_limit_bytes, seed=47)
+    res = simulate(drawn.spec, policy="trident", seed=47, context=ctx)
+    story = [f"{d.time_s:.0f} {d.kind}: {d.reason[:120]}" for d in res.decisions if d.kind not in ("observe", "dwell")]
+    for i, d in enumerate(res.decisions):
+        if d.kind != "mismatch":
+            continue
+        since = [e for e in res.decisions[:i] if e.plan is not None or e.kind in ("keep", "mismatch")]
+        if since and since[-1].kind == "keep":
+            break
+    else:
+        raise AssertionError(story)
+    assert "pending" in d.reason and "op5" in d.reason, d.reason
+    kept = next(e for e in reversed(res.decisions[:i]) if e.kind == "keep" and e.predicted_rows_per_s)
+    assert d.time_s - kept.time_s <= 30.0, story  # the keep's own check, not a plan's of long ago
+    assert any(e.plan is not None for e in res.decisions[i + 1:i + 4]), story

@@ -52,6 +52,26 @@ def test_output_below_the_prediction_for_two_windows_is_a_mismatch_and_within_it
     assert [c.kind for c in mismatch.causes] == ["slow"] and "7.5 rows/s per replica over 8" in mismatch.reason
 
 
+def test_a_kept_plan_is_checked_unless_a_prediction_stands_or_the_same_one_just_failed():
+    """A look that keeps the plan in place predicts what it puts out; it is checked as a plan is.
+    Kept again at the output that just failed, it is no new prediction (no mismatch every two
+    windows); kept at another, it is checked again; a plan's own check is not reset by a keep."""
+    check = PredictionCheck(window_s=5.0, shortfall=0.2, windows=2)
+    check.keep(1, {"read": 200.0, "pool": 100.0}, 0.0, cold_start_s=0.0)
+    assert not check.done
+    for t, rows in ((0, 0), (5, 300)):
+        assert check.step(_snap(t, pool_rows=rows), float(t), interval_s=1.0, rolling_out=False) is None
+    mismatch = check.step(_snap(10, pool_rows=600), 10.0, interval_s=1.0, rolling_out=False)
+    assert mismatch is not None and mismatch.predicted_rows_per_s == 100.0 and check.done
+    check.keep(1, {"read": 200.0, "pool": 95.0}, 16.0, cold_start_s=0.0)
+    assert check.done  # 95 is the 100 that failed, looked at again
+    check.keep(1, {"read": 120.0, "pool": 60.0}, 16.0, cold_start_s=0.0)
+    assert not check.done and check.predicted["pool"] == 60.0
+    check.expect(2, {"pool": 80.0}, 20.0, cold_start_s=3.0)
+    check.keep(2, {"pool": 50.0}, 21.0, cold_start_s=0.0)
+    assert check.predicted == {"pool": 80.0} and check.seq == 2  # the plan's check stands
+
+
 def test_a_task_operator_short_of_cpus_and_a_full_object_store_are_named():
     snap = _snap(10, read_running=1, read_queue=12, store=100 * 2**20)
     snap = dataclasses.replace(snap, operators=tuple(dataclasses.replace(o, object_store_bytes=50 * 2**20)

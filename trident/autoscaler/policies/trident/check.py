@@ -1,8 +1,8 @@
 """Every plan is a prediction, and the policy checks it.
 
-A plan states what each operator is to put out (rows/s). Once its rollout is over, every
-``window_s`` the rows the pipeline's last planned operator put out are compared with that; when
-they stay more than ``shortfall`` below it for ``windows`` windows in a row, or actors of the
+A plan, and a look that keeps the plan in place, states what each operator is to put out
+(rows/s). Once its rollout is over, every ``window_s`` the rows the pipeline's last planned
+operator put out are compared with that; when they stay more than ``shortfall`` below it for ``windows`` windows in a row, or actors of the
 plan's pools still wait to start a cold start plus two snapshot intervals after the rollout
 ended (a rollout under way has its own check for targets that stand still), the check reports a
 :class:`Mismatch` whose cause is read from the snapshot (:func:`diagnose`): actors pending and
@@ -82,6 +82,8 @@ class PredictionCheck:
     """Pools the plan found backlogged at a steady size: (replicas, rows out/s) over the window before it."""
     finished: frozenset[str] = frozenset()
     """Operators already finished when the plan was made (it was made for the ones left)."""
+    failed: float | None = None
+    """What the last prediction that did not come true expected of the pipeline's output (rows/s)."""
 
     def observe(self, snap: Snapshot, now: float) -> None:
         """Keep the last ``2 x window_s`` of each operator's output, actors and queue."""
@@ -97,7 +99,19 @@ class PredictionCheck:
         ``predicted`` rows/s."""
         self.seq, self.predicted, self.cold_start_s, self.finished = seq, dict(predicted), cold_start_s, finished
         self.due_s, self.reached_s, self.start, self.low, self.done = None, None, None, 0, not predicted
-        self.before = self._steady_before(now)
+        self.before, self.failed = self._steady_before(now), None
+
+    def keep(self, seq: int, predicted: dict[str, float], now: float, *, cold_start_s: float,
+             finished: frozenset[str] = frozenset()) -> None:
+        """The plan in place was kept at ``now``, reckoned to put out ``predicted`` rows/s: checked
+        as a plan is, unless a prediction stands already or the pipeline's output is the one that
+        just failed (within half the ``shortfall``: a keep looked at again is no new prediction)."""
+        if not self.done or not predicted:
+            return
+        failed, out = self.failed, list(predicted.values())[-1]
+        if failed is not None and abs(out - failed) <= self.shortfall / 2 * failed:
+            return
+        self.expect(seq, predicted, now, cold_start_s=cold_start_s, finished=finished)
 
     def _steady_before(self, now: float) -> dict[str, tuple[int, float]]:
         """Each pool that ran at one size with its input queued over the last ``window_s``: that
@@ -135,7 +149,7 @@ class PredictionCheck:
                 self.reached_s = now
                 self.start = (now, {n: snap.operator(n).rows_out_total for n in names})
             elif now > self.due_s + 2 * interval_s:
-                self.done = True
+                self.done, self.failed = True, self.predicted[names[-1]]
                 return Mismatch(self.seq, self.predicted[names[-1]], None,
                                 diagnose(snap, self.predicted, {}, shortfall=self.shortfall), late=True)
             return None
@@ -151,7 +165,7 @@ class PredictionCheck:
         self.low += 1
         if self.low < self.windows:
             return None
-        self.done = True
+        self.done, self.failed = True, self.predicted[last]
         return Mismatch(self.seq, self.predicted[last], measured[last],
                         diagnose(snap, self.predicted, measured, shortfall=self.shortfall, before=self.before))
 

@@ -45,7 +45,7 @@ def plan(st: PolicyState, snap: Snapshot, now: float, notes: list[str]) -> Decis
     st.solve_failures = 0
     near = _near_gain(st, limited, result)
     if not result.changed and near is None:
-        return _settled(st, snap, ops, prob, planning, now, notes, result.reason)
+        return _settled(st, snap, ops, prob, planning, now, notes, result.reason, _current(result))
     if near is not None:
         notes = [*notes, f"{result.reason} for {st.near_gains} looks in a row: taken if it pays"]
         result = near
@@ -53,12 +53,34 @@ def plan(st: PolicyState, snap: Snapshot, now: float, notes: list[str]) -> Decis
 
 
 def _settled(st: PolicyState, snap: Snapshot, ops, prob, planning, now: float, notes: list[str],
-             reason: str) -> Decision:
+             reason: str, current_rows_per_s: float | None) -> Decision:
     """The allocation is settled: the bottleneck on another type (:mod:`.explore`), or its batch size."""
     _bound(st, ops, {o.name: o.config.replicas for o in ops if _estimated(o, planning)}, "the plan")
     slowest = explore.bottleneck(prob, ops, st.settings.explore_cold_starts)
     explored = explore_types(st, snap, ops, prob, now, notes, only=slowest)
-    return explored or tuning.tune(st, snap, ops, prob, planning, now, notes, reason)
+    return explored or _kept(st, snap, ops, prob, current_rows_per_s, now,
+                             tuning.tune(st, snap, ops, prob, planning, now, notes, reason))
+
+
+def _current(result) -> float | None:
+    """What the solver reckons the allocation in place puts out (rows/s; ``None``: it breaks a bound)."""
+    return result.current_throughput_rows_per_s if result.current_valid else None
+
+
+def _kept(st: PolicyState, snap: Snapshot, ops, prob, current_rows_per_s: float | None, now: float,
+          decision: Decision) -> Decision:
+    """A keep is a prediction too: the plan in place is to put out what the solver reckons of it,
+    and :mod:`.check` compares (unless a prediction stands, or this one just failed). Without it a
+    planner that kept a plan believing 196 rows/s while 110 came out never learned otherwise."""
+    if decision.kind != DecisionKind.KEEP or not current_rows_per_s:
+        return decision
+    out = [(o.name, current_rows_per_s * f * sel) for o, f, sel in
+           zip(ops, prob.demand_factors(), estimates.selectivities(snap, ops, st.tracks))]
+    st.predicted = tuple(p for p in out if math.isfinite(p[1]))
+    cold_starts = [estimates.cold_start_s(st.tracks[o.name], o, st.settings) for o in ops]
+    st.check.keep(st.plan_seq, dict(st.predicted), now, cold_start_s=max(cold_starts, default=0.0),
+                  finished=frozenset(o.name for o in snap.operators if o.completed))
+    return decision
 
 
 def _near_gain(st: PolicyState, prob, result):
@@ -117,8 +139,9 @@ def _roll_out(st: PolicyState, snap: Snapshot, ops, prob, planning, result, now:
     if not rollout.go:  # the allocation stays as it is: the batch-size search may still move
         tuning.restore_tuner(st, tuner_before)  # a folded trial that does not run is not counted
         if settled_if_not:
-            return _settled(st, snap, ops, prob, planning, now, [*notes, rollout.reason], result.reason)
-        return tuning.tune(st, snap, ops, prob, planning, now, [*notes, result.reason], rollout.reason)
+            return _settled(st, snap, ops, prob, planning, now, [*notes, rollout.reason], result.reason, cur_t)
+        return _kept(st, snap, ops, prob, cur_t, now,
+                     tuning.tune(st, snap, ops, prob, planning, now, [*notes, result.reason], rollout.reason))
     _bound(st, ops, {o.name: result.allocation.replicas(o.name) for o in ops if _estimated(o, planning)}, "the plan")
     if trial is not None:
         st.bounds[trial.target.name] = Bounds(lo=trial.target.replicas, hi=trial.target.replicas,

@@ -144,6 +144,7 @@ def _trial(st: PolicyState, trial: tuner.Trial, snap: Snapshot, now: float, note
                            reason=f"rolling update of {t.name} to batch_size {t.batch_size} on {t.replicas} "
                                   f"replica(s), {how}"),)]
     st.bounds[t.name] = Bounds(lo=t.replicas, hi=t.replicas, why="the batch-size trial")
+    st.check.drop()  # a trial measures a batch size: what comes out meanwhile is no prediction's
     phase = st.phases.start(phases, now, trial=True)
     return st.issue_phase(phase, trial.reason, now, notes, kind=DecisionKind.TUNE,
                           held=hold_running_tasks(snap) if swap else ((), ""))
