@@ -1,7 +1,7 @@
 """A second driver for the arbiter's tests: connects to the cluster at ``sys.argv[1]``, runs the
 gated pipeline of ``test_arbiter_ray`` under ``trident.autoscale(name=sys.argv[3])`` (its second half
 waits for the file ``sys.argv[2]``), checks every row came out once and prints its arbiter events
-as JSON on the last line."""
+as JSON on the last line. ``train`` is the tests' training stand-in."""
 import json
 import os
 import sys
@@ -26,6 +26,14 @@ class Embed:
     def __call__(self, batch):
         time.sleep(0.05)
         return batch
+
+
+def train(release: str) -> str:
+    """A training stand-in: holds its GPU until the file ``release`` exists."""
+    deadline = time.time() + 300
+    while not os.path.exists(release) and time.time() < deadline:
+        time.sleep(0.05)
+    return "trained"
 
 
 def pipeline(release: str) -> list[int]:

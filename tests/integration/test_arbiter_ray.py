@@ -127,6 +127,40 @@ def test_two_drivers_share_the_cluster_and_survive_an_arbiter_restart(address, t
     _wait_for(lambda: _status()["runs"] == [], "both runs to leave")
 
 
+def test_a_job_schedulers_running_job_holds_its_gpu_and_the_pipelines_share_the_rest(address, tmp_path):
+    """A JobScheduler's running job is a run of kind ``training`` at the arbiter: it holds the GPU it
+    runs on, another driver's pipeline is budgeted within the other one, and once the job ends its
+    seat is left and the pipeline gets the cluster back."""
+    release_job, release_other = tmp_path / "job", tmp_path / "other"
+    other = _other_driver(address, str(release_other), "other-driver")
+    scheduler = trident.JobScheduler(owner="trainer")
+    scheduler.submit(arbiter_driver.train, str(release_job), num_gpus=1.0, name="train-1")
+    out: dict = {}
+    thread = threading.Thread(target=lambda: out.update(result=scheduler.run(timeout_s=WAIT_S)))
+    try:
+        _wait_for(lambda: _budget("other-driver") is not None, "the other driver to register")
+        thread.start()
+        _wait_for(lambda: _capped(_status()), "the job and the pipeline to get budgets")
+        rows = {r["name"]: r for r in _status()["runs"]}
+        job, pipe = rows["train-1"], rows["other-driver"]
+        assert (job["kind"], job["owner"], job["budget_gpus"]) == ("training", "trainer", 1.0), job
+        assert pipe["kind"] == "pipeline" and pipe["budget_gpus"] <= GPUS - 1.0 + 1e-6, pipe
+        assert "training job" in job["reason"]
+        release_job.touch()
+        thread.join(timeout=WAIT_S)
+        _wait_for(lambda: [r["name"] for r in _status()["runs"]] == ["other-driver"]
+                  and _budget("other-driver") == (None, None), "the job's seat to be left")
+    finally:
+        release_job.touch()
+        release_other.touch()
+        thread.join(timeout=WAIT_S) if thread.is_alive() else None
+        _, stderr = other.communicate(timeout=WAIT_S)
+    assert other.returncode == 0, stderr[-3000:]  # every row once (the driver checks its own)
+    assert out["result"] == {"train-1": "trained"}
+    assert scheduler.seats is None  # left when run() ended
+    _wait_for(lambda: _status()["runs"] == [], "every run to leave")
+
+
 def test_a_killed_drivers_budget_returns_within_the_heartbeat_bound(address, tmp_path):
     release = str(tmp_path / "release")
     other = _other_driver(address, str(tmp_path / "never"), "doomed-driver")

@@ -331,3 +331,50 @@ def test_trident_status_prints_every_run_in_rank_order_with_its_budget_and_reaso
     assert any("10,000" in line and "nightly-video" in line for line in runs)  # rows done of the total
     assert "last decisions:" in lines and any("registered" in line for line in lines)
     assert format_status({**s.status(7.0), "runs": [], "decisions": []}).endswith("no runs")
+
+
+def test_a_training_job_holds_what_it_runs_on_and_the_pipelines_share_the_rest():
+    s = _state(quotas={"ana": (12.0, 3.0)})
+    job, tj, budget = s.register(Claim(name="train", owner="ana", kind="training", min_cpus=2, min_gpus=3,
+                                       max_cpus=2, max_gpus=3), 0.0)
+    assert (budget.cpus, budget.gpus) == (2.0, 3.0) and "training job" in budget.reason
+    a, ta, budget_a = s.register(Claim(name="pipe", min_cpus=1, min_gpus=0.5, max_gpus=4), 1.0)
+    assert (budget_a.cpus, budget_a.gpus) == (10.0, 1.0)  # alone among the pipelines, yet capped
+    b, tb, _ = s.register(Claim(name="ana-pipe", owner="ana", min_cpus=1, min_gpus=0.5, max_gpus=4), 2.0)
+    assert s.runs[b].budget.gpus == 0.0  # her quota of 3 GPUs is what her training job holds
+    assert s.runs[job].budget.gpus == 3.0 and s.runs[a].budget.gpus == pytest.approx(1.0)
+    s.leave(job, tj, 3.0)
+    s.leave(b, tb, 3.0)
+    assert s.runs[a].budget == Budget()  # the job ended: the pipeline is alone again
+
+
+def test_a_job_scheduler_seats_its_running_jobs_and_leaves_for_those_that_ended(monkeypatch):
+    import ray
+
+    from trident.jobs.arbiter.seats import JobSeats
+    from trident.jobs.base import Job
+
+    state = ArbiterState(cpus=4.0, gpus=2.0, rebalance_s=0.0)
+
+    class Call:
+        def __init__(self, fn):
+            self.remote = lambda *a: fn(*a, 0.0)
+
+    handle = type("Handle", (), {})()
+    handle.register = Call(lambda claim, progress, now: state.register(claim, now, progress=progress))
+    handle.update = Call(state.update)
+    handle.leave = Call(state.leave)
+    monkeypatch.setattr(ray, "get", lambda value, timeout=None: value)
+    seats = JobSeats(owner="trainer")
+    seats.handle = handle
+    one = Job(job_id="train-1", arrival_s=0.0, duration_s=1.0, num_gpus=1.0, cpus=1.0)
+    seats.hold([one])
+    seats._sync()
+    (entry,) = state.runs.values()
+    assert (entry.claim.kind, entry.claim.owner, entry.claim.min_gpus) == ("training", "trainer", 1.0)
+    seats._sync()  # a heartbeat: still one seat
+    assert len(state.runs) == 1 and seats.budgets["train-1"].gpus == 1.0
+    seats.hold([])
+    seats._sync()
+    assert state.runs == {} and seats.budgets == {}
+    assert any("joined the arbiter" in text for _, text in seats.events)

@@ -36,7 +36,7 @@ from trident.jobs.capacity import Cluster
 from trident.jobs.cluster_view import rebuild
 from trident.jobs.dispatch import Decision, PassConfig, SchedulingPass
 from trident.jobs import lending
-from trident.jobs.ray_backend import Attempt, is_trainable
+from trident.jobs.ray_backend import Attempt, RayBackend, is_trainable
 from trident.jobs.records import JobRecord, JobState, job_view
 
 __all__ = ["JobRecord", "JobScheduler", "JobState"]
@@ -54,13 +54,16 @@ class JobScheduler:
     run (``None``: on events only); ``limits``: the pass's limits. ``clock`` (seconds,
     monotonic) and ``backend`` (the Ray edge, :class:`~trident.jobs.ray_backend.RayBackend`)
     default to the real ones. GPU models come from the nodes' ``accelerator_type:X``
-    resources (``"GPU"`` when none is set).
+    resources (``"GPU"`` when none is set). ``arbiter``: each running job (pipelines aside) holds a
+    seat of kind ``training`` at the cluster's arbiter, as ``owner`` (default: the user), so that
+    other drivers' pipelines are budgeted around it (:mod:`trident.jobs.arbiter.seats`).
     """
 
     def __init__(self, *, policy: str | JobPolicy = "fifo", preemption: str | Preemptor = "never",
                  placement: str | Placer | None = None, seed: int = 0, poll_s: float = 0.05,
                  node_refresh_s: float = 1.0, tick_s: float | None = 300.0, limits: PassConfig | None = None,
-                 clock: Callable[[], float] | None = None, backend: Any = None) -> None:
+                 clock: Callable[[], float] | None = None, backend: Any = None, arbiter: bool = True,
+                 owner: str | None = None) -> None:
         if isinstance(preemption, str) and preemption not in _PREEMPTION:
             raise ConfigError("preemption", preemption, " | ".join(repr(p) for p in _PREEMPTION))
         self.policy: JobPolicy = create_policy(policy, preemption if isinstance(preemption, str) else getattr(
@@ -103,6 +106,9 @@ class JobScheduler:
         self.starts: list[str] = []
         """Job ids in the order their attempts started."""
         self.passes = 0
+        self.arbiter, self.owner = arbiter, owner
+        self.seats: Any = None
+        """The running jobs' seats at the cluster's arbiter while :meth:`run` runs on real Ray."""
 
     # --- public --------------------------------------------------------------------
     def submit(self, fn: Callable[..., Any], *args, num_gpus: float = 1.0, name: str | None = None,
@@ -193,8 +199,6 @@ class JobScheduler:
 
             if not ray.is_initialized():
                 raise TridentError("JobScheduler.run needs a connected Ray cluster (call ray.init first)")
-            from trident.jobs.ray_backend import RayBackend
-
             self._backend = RayBackend()
         if timeout_s is not None and not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
             raise ConfigError("timeout_s", timeout_s, "None or a number of seconds > 0")
@@ -204,6 +208,24 @@ class JobScheduler:
                 if not rec.done and not self._fits_ever(rec.job):
                     raise ConfigError(f"{rec.job.job_id}.num_gpus", rec.job.num_gpus,
                                       "a request the cluster can hold")
+        if self.arbiter and isinstance(self._backend, RayBackend):  # a real cluster, shared with other drivers
+            from trident.jobs.arbiter.seats import JobSeats
+
+            self.seats = JobSeats(owner=self.owner)
+            self.seats.start()
+        try:
+            self._loop(timeout_s)
+        finally:
+            if self.seats is not None:
+                self.seats.stop()
+                self.seats = None
+        errors = [r for r in self._all() if r.state is JobState.FAILED]
+        if errors:
+            raise TridentError(f"job {errors[0].job.job_id} failed: {errors[0].error!r}") from errors[0].error
+        return {r.job.job_id: r.result for r in self._all() if r.state is JobState.SUCCEEDED}
+
+    def _loop(self, timeout_s: float | None) -> None:
+        """Passes and waits until every job has ended (or ``timeout_s``)."""
         deadline = None if timeout_s is None else self._clock() + timeout_s
         while True:
             with self._lock:
@@ -213,6 +235,8 @@ class JobScheduler:
                     self._time_out(timeout_s)
                 self._refresh()
                 self._step()
+                if self.seats is not None:
+                    self.seats.hold([r.job for r in self.running_records() if r.max_gpus is None])
                 refs = [ref for r in self.running_records() for ref in (r.ref, r.attempt.ready_ref)
                         if ref is not None]
                 wait_s = self.poll_s
@@ -221,10 +245,6 @@ class JobScheduler:
             ready = self._backend.wait(refs, wait_s)
             with self._lock:
                 self._collect(ready)
-        errors = [r for r in self._all() if r.state is JobState.FAILED]
-        if errors:
-            raise TridentError(f"job {errors[0].job.job_id} failed: {errors[0].error!r}") from errors[0].error
-        return {r.job.job_id: r.result for r in self._all() if r.state is JobState.SUCCEEDED}
 
     def record(self, job_id: str) -> JobRecord:
         return self._records[job_id]

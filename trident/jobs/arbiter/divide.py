@@ -9,7 +9,8 @@ ranked first so far). Each run first gets its floor (the least that keeps it mov
 claim's maximum and its owner's quota. With ``max_slowdown``, a run slowed down that much so far
 (time since it arrived over the time its rows done take with the whole cluster) comes first in its
 class and is not shrunk. A run alone on the cluster gets no cap at all (``Budget()``: it plans as
-if the arbiter did not exist).
+if the arbiter did not exist). A training job (a :class:`~trident.JobScheduler`'s running job)
+holds what it runs on; the runs share what is left.
 
 Preemption is a shrink, never a kill (a pipeline drains actors; no row is lost), and it is
 decided per run: ``eager`` shrinks whoever the order says; ``lazy`` keeps a run's budget when
@@ -126,15 +127,36 @@ def _job_gpus(gpus: float) -> float:
 def divide(shares: list[Share], *, cpus: float, gpus: float, policy: Any = "srtf", preemption: str = "lazy",
            quotas: dict[str, tuple[float, float]] | None = None, payoff_s: float = 10.0, now: float = 0.0,
            seed: int = 0, max_slowdown: float | None = None) -> dict[str, Budget]:
-    """Every run's budget (see the module's docstring)."""
-    quotas = quotas or {}
-    if not shares:
-        return {}
-    if len(shares) == 1 and shares[0].claim.owner not in quotas:
-        return {shares[0].run_id: Budget()}
+    """Every run's budget (see the module's docstring). A training job (``kind="training"``, a
+    running job of a :class:`~trident.JobScheduler`) holds what it claims: its scheduler preempts
+    it by its own rules, the arbiter does not shrink it; the others share what is left."""
+    quotas = {o: list(q) for o, q in (quotas or {}).items()}
+    held = [s for s in shares if s.claim.kind == "training"]
+    out: dict[str, Budget] = {}
+    for s in held:
+        quota = quotas.get(s.claim.owner)
+        if quota is not None:
+            quota[0], quota[1] = max(0.0, quota[0] - s.claim.min_cpus), max(0.0, quota[1] - s.claim.min_gpus)
+        cpus, gpus = max(0.0, cpus - s.claim.min_cpus), max(0.0, gpus - s.claim.min_gpus)
+    rest = [s for s in shares if s.claim.kind != "training"]
+    if len(rest) == 1 and not held and rest[0].claim.owner not in quotas:
+        return {rest[0].run_id: Budget()}
+    if rest:
+        out.update(_elastic(rest, cpus=cpus, gpus=gpus, policy=policy, preemption=preemption, quotas=quotas,
+                            payoff_s=payoff_s, now=now, seed=seed, max_slowdown=max_slowdown))
+    for n, s in enumerate(held, start=len(rest)):
+        out[s.run_id] = Budget(cpus=s.claim.min_cpus, gpus=s.claim.min_gpus, rank=n,
+                               reason="a training job: holds what it runs on (its scheduler may preempt it)")
+    return out
+
+
+def _elastic(shares: list[Share], *, cpus: float, gpus: float, policy: Any, preemption: str,
+             quotas: dict[str, list[float]], payoff_s: float, now: float, seed: int,
+             max_slowdown: float | None) -> dict[str, Budget]:
+    """The budgets of the runs the arbiter may shrink, over ``cpus`` and ``gpus``."""
     ranked = rank(shares, policy=policy, now=now, seed=seed, max_slowdown=max_slowdown, incumbent_credit_s=payoff_s)
     left = [cpus, gpus]
-    owner_left = {o: list(q) for o, q in quotas.items()}
+    owner_left = quotas
     give: dict[str, list[float]] = {}
     cap = [_floor_cap(shares, i, cpus if i == 0 else gpus) for i in (0, 1)]
     for s in ranked:  # floors first, whole where they fit, in rank order
