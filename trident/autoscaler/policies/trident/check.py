@@ -1,15 +1,15 @@
 """Every plan is a prediction, and the policy checks it.
 
-A plan, and a look that keeps the plan in place, states what each operator is to put out
-(rows/s). Once its rollout is over, every ``window_s`` the rows the pipeline's last planned
-operator put out are compared with that; when they stay more than ``shortfall`` below it for ``windows`` windows in a row, or actors of the
-plan's pools still wait to start a cold start plus two snapshot intervals after the rollout
-ended (a rollout under way has its own check for targets that stand still), the check reports a
-:class:`Mismatch` whose cause is read from the snapshot (:func:`diagnose`): actors pending and
-the resource the nodes lack, the object store full, an operator backpressured, starved of input
-or of CPUs, a rate per replica below what the plan assumed, or a pool the plan grew that puts out
-no more than it did before (replicas that share what the operator runs on: a saturated pool).
-Pure: no Ray, no clock.
+A plan, and a look that keeps the plan in place, states what each operator is to put out (rows/s).
+Once its rollout is over, every ``window_s`` the rows the pipeline's last planned operator put out
+are compared with that; when they stay more than ``shortfall`` below it for ``windows`` windows in
+a row, or actors of the plan's pools still wait to start a cold start plus two snapshot intervals
+after the rollout ended (a rollout under way has its own check for targets that stand still), the
+check reports a :class:`Mismatch` whose cause is read from the snapshot (:func:`diagnose`): actors
+pending and the resource the nodes lack, the object store full, an operator backpressured, starved
+of input or of CPUs, a rate per replica below what the plan assumed, or a pool the plan grew that
+puts out no more than it did before (replicas that share what the operator runs on: a saturated
+pool). Pure: no Ray, no clock.
 """
 from __future__ import annotations
 
