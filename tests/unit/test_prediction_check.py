@@ -63,6 +63,8 @@ def test_a_kept_plan_is_checked_unless_a_prediction_stands_or_the_same_one_just_
         assert check.step(_snap(t, pool_rows=rows), float(t), interval_s=1.0, rolling_out=False) is None
     mismatch = check.step(_snap(10, pool_rows=600), 10.0, interval_s=1.0, rolling_out=False)
     assert mismatch is not None and mismatch.predicted_rows_per_s == 100.0 and check.done
+    assert mismatch.reason.startswith("mismatch: plan 1 predicted 100 rows/s")
+    assert "the allocation kept (no plan made yet)" in dataclasses.replace(mismatch, plan_seq=0).reason
     check.keep(1, {"read": 200.0, "pool": 95.0}, 16.0, cold_start_s=0.0)
     assert check.done  # 95 is the 100 that failed, looked at again
     check.keep(1, {"read": 120.0, "pool": 60.0}, 16.0, cold_start_s=0.0)

@@ -55,9 +55,10 @@ class Mismatch:
     @property
     def reason(self) -> str:
         what = "".join(c.text + "; " for c in self.causes) or "no cause read from the snapshot; "
+        plan = f"plan {self.plan_seq}" if self.plan_seq else "the allocation kept (no plan made yet)"
         if self.late:
-            return f"mismatch: plan {self.plan_seq} not in place in time: {what}planning again"
-        return (f"mismatch: plan {self.plan_seq} predicted {self.predicted_rows_per_s:.3g} rows/s, "
+            return f"mismatch: {plan} not in place in time: {what}planning again"
+        return (f"mismatch: {plan} predicted {self.predicted_rows_per_s:.3g} rows/s, "
                 f"{self.measured_rows_per_s:.3g} came out: {what}planning again")
 
 
