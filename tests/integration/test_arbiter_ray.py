@@ -158,6 +158,7 @@ def test_a_job_schedulers_running_job_holds_its_gpu_and_the_pipelines_share_the_
     assert other.returncode == 0, stderr[-3000:]  # every row once (the driver checks its own)
     assert out["result"] == {"train-1": "trained"}
     assert scheduler.seats is None  # left when run() ended
+    assert any(text.startswith("train-1 joined the arbiter") for _, text in scheduler.arbiter_events)
     _wait_for(lambda: _status()["runs"] == [], "every run to leave")
 
 

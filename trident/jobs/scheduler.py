@@ -109,6 +109,8 @@ class JobScheduler:
         self.arbiter, self.owner = arbiter, owner
         self.seats: Any = None
         """The running jobs' seats at the cluster's arbiter while :meth:`run` runs on real Ray."""
+        self.arbiter_events: list[tuple[float, str]] = []
+        """(time, what happened) of the seats at the arbiter: jobs joining, refusals, no answer."""
 
     # --- public --------------------------------------------------------------------
     def submit(self, fn: Callable[..., Any], *args, num_gpus: float = 1.0, name: str | None = None,
@@ -211,13 +213,14 @@ class JobScheduler:
         if self.arbiter and isinstance(self._backend, RayBackend):  # a real cluster, shared with other drivers
             from trident.jobs.arbiter.seats import JobSeats
 
-            self.seats = JobSeats(owner=self.owner)
+            self.seats = JobSeats(owner=self.owner, now=self._now)
             self.seats.start()
         try:
             self._loop(timeout_s)
         finally:
             if self.seats is not None:
                 self.seats.stop()
+                self.arbiter_events += self.seats.events
                 self.seats = None
         errors = [r for r in self._all() if r.state is JobState.FAILED]
         if errors:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+import warnings
+from typing import Any, Callable
 
 from trident.jobs.arbiter.divide import Budget
 from trident.jobs.arbiter.link import CALL_TIMEOUT_S, CREATE_AFTER_S, LEAVE_TIMEOUT_S, _find, _shared, _user
@@ -29,14 +30,15 @@ def claim_of_job(job: Any, *, owner: str) -> Claim:
 class JobSeats:
     """The seats of one scheduler's running jobs, kept by a daemon thread."""
 
-    def __init__(self, *, owner: str | None = None, heartbeat_s: float = 1.0) -> None:
+    def __init__(self, *, owner: str | None = None, heartbeat_s: float = 1.0,
+                 now: Callable[[], float] | None = None) -> None:
         self.owner = owner if owner is not None else _user()
         self.heartbeat_s = heartbeat_s
         self.handle: Any = None
         self.budgets: dict[str, Budget] = {}
         """Job id -> the budget the arbiter last gave it (what the arbiter counts it as holding)."""
         self.events: list[tuple[float, str]] = []
-        """(seconds since the seats started, what happened)."""
+        """(``now()``, what happened); a refusal and an arbiter that does not answer are also warned."""
         self._want: dict[str, Claim] = {}
         self._seats: dict[str, tuple[str, str, Claim]] = {}
         self._refused: dict[str, Claim] = {}
@@ -44,6 +46,7 @@ class JobSeats:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._t0 = time.monotonic()
+        self._now = now or (lambda: time.monotonic() - self._t0)
         self._quiet = False
         self._thread = threading.Thread(target=self._main, name="trident-job-seats", daemon=True)
 
@@ -68,7 +71,7 @@ class JobSeats:
                 self._quiet = False
             except Exception as err:  # unreachable or timed out: the jobs run on; said once
                 if not self._quiet:
-                    self._say(f"the arbiter did not answer ({err!r}); the jobs run on")
+                    self._say(f"the arbiter did not answer ({err!r}); the jobs run on", warn=True)
                 self._quiet = True
         with self._lock:
             self._want = {}
@@ -121,12 +124,14 @@ class JobSeats:
                 why = getattr(err, "cause", err)  # raised in the actor: Ray wraps it, ``cause`` is ours
                 if seat is None:  # the arbiter will not seat this job: it runs without a seat
                     self._refused[job_id] = claim
-                    self._say(f"{job_id}: the arbiter refused it ({why}); it runs without a seat")
+                    self._say(f"{job_id}: the arbiter refused it ({why}); it runs without a seat", warn=True)
                 else:  # the arbiter restarted and lost the seat: registered again next beat
                     del self._seats[job_id]
                     self._say(f"{job_id}: {why}; registering again")
                 continue
             self.budgets[job_id] = budget
 
-    def _say(self, text: str) -> None:
-        self.events.append((time.monotonic() - self._t0, text))
+    def _say(self, text: str, *, warn: bool = False) -> None:
+        self.events.append((self._now(), text))
+        if warn:
+            warnings.warn(text, RuntimeWarning, stacklevel=2)

@@ -74,13 +74,25 @@ def _kept(st: PolicyState, snap: Snapshot, ops, prob, current_rows_per_s: float 
     planner that kept a plan believing 196 rows/s while 110 came out never learned otherwise."""
     if decision.kind != DecisionKind.KEEP or not current_rows_per_s:
         return decision
-    out = [(o.name, current_rows_per_s * f * sel) for o, f, sel in
-           zip(ops, prob.demand_factors(), estimates.selectivities(snap, ops, st.tracks))]
-    st.predicted = tuple(p for p in out if math.isfinite(p[1]))
-    cold_starts = [estimates.cold_start_s(st.tracks[o.name], o, st.settings) for o in ops]
-    st.check.keep(st.plan_seq, dict(st.predicted), now, cold_start_s=max(cold_starts, default=0.0),
-                  finished=frozenset(o.name for o in snap.operators if o.completed))
+    st.predicted = _outputs(ops, prob, current_rows_per_s, estimates.selectivities(snap, ops, st.tracks))
+    st.check.keep(st.plan_seq, dict(st.predicted), now, cold_start_s=max(_cold_starts(st, ops).values(), default=0.0),
+                  finished=_finished(snap))
     return decision
+
+
+def _outputs(ops, prob, rows_per_s: float, selectivities) -> tuple[tuple[str, float], ...]:
+    """What each operator is to put out (rows/s) while the pipeline makes ``rows_per_s``."""
+    out = ((o.name, rows_per_s * f * sel) for o, f, sel in zip(ops, prob.demand_factors(), selectivities))
+    return tuple(p for p in out if math.isfinite(p[1]))
+
+
+def _cold_starts(st: PolicyState, ops) -> dict[str, float]:
+    return {o.name: estimates.cold_start_s(st.tracks[o.name], o, st.settings) for o in ops}
+
+
+def _finished(snap: Snapshot) -> frozenset[str]:
+    """The operators done at ``snap`` (a prediction made now is made for the others)."""
+    return frozenset(o.name for o in snap.operators if o.completed)
 
 
 def _near_gain(st: PolicyState, prob, result):
@@ -120,7 +132,7 @@ def _roll_out(st: PolicyState, snap: Snapshot, ops, prob, planning, result, now:
     targets, trial = tuning.fold_trial(st, snap, ops, prob, planning, result.allocation, targets)
     # a current plan that breaks a bound (a cap learned from unplaceable actors) cannot be kept
     cur_t = (result.current_throughput_rows_per_s or 0.0) if result.current_valid else 0.0
-    cold_starts = {o.name: estimates.cold_start_s(st.tracks[o.name], o, st.settings) for o in ops}
+    cold_starts = _cold_starts(st, ops)
     used = [problem.used(o) for o in ops]
     capped = st.learned.within(snap)
     rollout = plan_rollout(
@@ -153,9 +165,7 @@ def _roll_out(st: PolicyState, snap: Snapshot, ops, prob, planning, result, now:
                         starting=estimates.at_start(st.tracks[o.name], key_of(o.config), planning.rates[o.name].source))
         for o, sel in zip(ops, selectivities) if planning.rates[o.name].rows_per_s < problem.UNKNOWN_RATE}
     rates = problem.describe_rates(planning.rates)
-    out = [(o.name, result.throughput_rows_per_s * f * sel)  # what the plan asks each operator to put out
-           for o, f, sel in zip(ops, prob.demand_factors(), selectivities)]
-    st.predicted = tuple(p for p in out if math.isfinite(p[1]))
+    st.predicted = _outputs(ops, prob, result.throughput_rows_per_s, selectivities)
     phase = st.phases.start(rollout.phases(), now, trial=trial is not None)
     steps = "; ".join(s.reason for s in rollout.steps) + (f"; {trial.reason} (folded into the scale-up: "
                                                           f"its new replicas start at the trial's batch)"
@@ -165,7 +175,7 @@ def _roll_out(st: PolicyState, snap: Snapshot, ops, prob, planning, result, now:
                               held=hold_running_tasks(snap) if moves(rollout.steps) else ((), ""))
     st.history_runs = tuple(sorted({e.history for e in planning.rates.values() if e.history}))
     st.check.expect(st.plan_seq, dict(st.predicted), now, cold_start_s=max(cold_starts.values(), default=0.0),
-                    finished=frozenset(o.name for o in snap.operators if o.completed))
+                    finished=_finished(snap))
     return decision
 
 
