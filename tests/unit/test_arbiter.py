@@ -161,6 +161,18 @@ def test_a_run_held_small_is_not_taken_for_a_long_one():
     assert s.runs[small].rate == s.runs[big].rate
 
 
+def test_a_run_budgeted_nothing_is_costed_at_its_floor_and_its_time_left_stays_known():
+    """A pipeline's least actors run whatever its budget: rows it makes on a budget of nothing are
+    costed at its floor's share of the cluster, not at no cost (which left its time unknown)."""
+    s = ArbiterState(cpus=12.0, gpus=4.0, rebalance_s=1e9)  # the budget set here stands
+    a, ta, _ = s.register(Claim(name="a", min_cpus=3, min_gpus=1), 0.0)
+    s.runs[a].budget = Budget(cpus=0, gpus=0, rank=5)
+    for t in range(0, 6):
+        _beat(s, a, ta, 10 * t, 1000, float(t))
+    assert s.runs[a].cost == pytest.approx(0.25 / 10)  # a quarter of the CPUs and of the GPUs, 10 rows/s
+    assert s.runs[a].remaining_s() == pytest.approx(950 * 0.25 / 10)
+
+
 def test_an_idle_run_between_datasets_holds_nothing():
     busy = Share("busy", Claim(name="busy", min_cpus=2), 1.0, 100.0, None, Budget(cpus=4, gpus=0, rank=1))
     idle = Share("idle", Claim(name="idle", min_cpus=2), 0.0, 0.0, None, Budget(cpus=8, gpus=0, rank=0), idle=True)

@@ -275,7 +275,7 @@ class ArbiterState:
             entry.rate = entry.cost = entry.first_rows_s = None
         if progress.rows_done is not None:
             points = entry.points
-            points.append((now, progress.rows_done, self._share(entry.budget)))
+            points.append((now, progress.rows_done, self._share(entry.budget, entry.claim)))
             while len(points) > 2 and now - points[1][0] >= RATE_WINDOW_S:
                 points.popleft()
             (t0, r0, _), (t1, r1, _) = points[0], points[-1]
@@ -285,17 +285,22 @@ class ArbiterState:
             if moving and t1 - moving[0][0] >= RATE_MIN_SPAN_S and r1 > moving[0][1]:
                 held = sum(p[2] for p in moving) / len(moving)
                 cost = held * (t1 - moving[0][0]) / (r1 - moving[0][1])
-                entry.cost = cost if entry.cost is None else min(entry.cost, cost)
+                if cost > 0:
+                    entry.cost = cost if entry.cost is None else min(entry.cost, cost)
             if progress.rows_done > 0 and entry.first_rows_s is None:
                 entry.first_rows_s = now
         entry.progress = replace(progress, rewarm_s=progress.rewarm_s if progress.rewarm_s is not None
                                  else entry.progress.rewarm_s)
 
-    def _share(self, budget: Budget | None) -> float:
-        """The share of the cluster ``budget`` holds: its larger share of CPUs or GPUs (1: no cap)."""
+    def _share(self, budget: Budget | None, claim: Claim) -> float:
+        """The share of the cluster a run holds under ``budget``: its larger share of CPUs or GPUs, each
+        at least its claim's floor (1: no cap). A pipeline's least actors run whatever its budget says:
+        one budgeted nothing still makes rows on its floor, and a share of 0 would make its cost 0 and
+        its time left unknown for the rest of its run."""
         if budget is None or (budget.cpus is None and budget.gpus is None):
             return 1.0
-        shares = [b / total for b, total in ((budget.cpus, self.cpus), (budget.gpus, self.gpus))
+        shares = [max(b, floor) / total for b, floor, total in ((budget.cpus, claim.min_cpus, self.cpus),
+                                                               (budget.gpus, claim.min_gpus, self.gpus))
                   if b is not None and total > 0]
         return max(shares, default=1.0)
 
