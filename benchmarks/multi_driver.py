@@ -103,20 +103,12 @@ def one_round(mode: str, address: str, arrivals, work: str, lead_s: float,
     if kill_at is not None:
         killed = threading.Timer(t0 + kill_at - time.time(), _kill_arbiter)
         killed.start()
-    procs = []
+    drivers = []
     for i, (offset, rows) in enumerate(arrivals):
         out = os.path.join(work, f"{mode}-{i}-{rows}.json")
-        cmd = [sys.executable, os.path.abspath(__file__), "driver", "--address", address, "--mode", mode,
-               "--rows", str(rows), "--name", f"p{i}-{rows}", "--at", str(t0 + offset), "--out", out]
-        procs.append((subprocess.Popen(cmd, cwd=HERE, stdout=subprocess.DEVNULL, stderr=open(out + ".log", "w")), out))
-    results = []
-    for proc, out in procs:
-        if proc.wait() != 0:
-            with open(out + ".log") as f:
-                tail = "".join(f.readlines()[-30:])
-            raise SystemExit(f"a {mode} driver failed:\n{tail}")
-        with open(out) as f:
-            results.append(json.load(f))
+        drivers.append(([sys.executable, os.path.abspath(__file__), "driver", "--address", address, "--mode", mode,
+                         "--rows", str(rows), "--name", f"p{i}-{rows}", "--at", str(t0 + offset), "--out", out], out))
+    results = run_drivers(drivers, mode)
     if killed is not None:
         killed.cancel()  # every driver ended before the kill: nothing to kill
         killed.join()
@@ -126,6 +118,23 @@ def one_round(mode: str, address: str, arrivals, work: str, lead_s: float,
                       if kind == "arbiter" and text.startswith("joined") and r["start_unix_s"] + t > at]
             r["ran_at_kill"] = r["end_unix_s"] > at
             r["takeover_s"] = min(joined) - at if joined and r["ran_at_kill"] else None
+    return results
+
+
+def run_drivers(drivers: list[tuple[list[str], str]], mode: str) -> list[dict]:
+    """Start every driver (its command line, and the JSON file it writes its result to) at once,
+    wait for them all and return their results in order; a driver that fails stops the benchmark
+    with the end of its log."""
+    procs = [(subprocess.Popen(cmd, cwd=HERE, stdout=subprocess.DEVNULL, stderr=open(out + ".log", "w")), out)
+             for cmd, out in drivers]
+    results = []
+    for proc, out in procs:
+        if proc.wait() != 0:
+            with open(out + ".log") as f:
+                tail = "".join(f.readlines()[-30:])
+            raise SystemExit(f"a {mode} driver failed:\n{tail}")
+        with open(out) as f:
+            results.append(json.load(f))
     return results
 
 

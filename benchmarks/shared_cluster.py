@@ -39,7 +39,6 @@ import os
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -54,7 +53,6 @@ CONTENDERS = {  # name -> (what each driver runs, the arbiter's settings)
     "trident": ("arbiter", dict(policy="srtf", preemption="lazy")),
 }
 MODES = ("stock", "alone", "arbiter")
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def arrivals(seed: int) -> list[dict]:
@@ -152,22 +150,15 @@ def driver(args: argparse.Namespace) -> int:
 
 def one_round(mode: str, address: str, runs: list[dict], work: str, lead_s: float) -> list[dict]:
     """Every driver of one contender, started together; each waits for its arrival."""
+    from multi_driver import run_drivers
+
     t0 = time.time() + lead_s
-    procs = []
+    drivers = []
     for r in runs:
         out = os.path.join(work, f"{mode}-{r['name']}.json")
-        cmd = [sys.executable, os.path.abspath(__file__), "driver", "--address", address, "--mode", mode,
-               "--run", json.dumps(r), "--at", str(t0 + r["at"]), "--out", out]
-        procs.append((subprocess.Popen(cmd, cwd=HERE, stdout=subprocess.DEVNULL, stderr=open(out + ".log", "w")), out))
-    results = []
-    for proc, out in procs:
-        if proc.wait() != 0:
-            with open(out + ".log") as f:
-                tail = "".join(f.readlines()[-30:])
-            raise SystemExit(f"a {mode} driver failed:\n{tail}")
-        with open(out) as f:
-            results.append(json.load(f))
-    return results
+        drivers.append(([sys.executable, os.path.abspath(__file__), "driver", "--address", address, "--mode", mode,
+                         "--run", json.dumps(r), "--at", str(t0 + r["at"]), "--out", out], out))
+    return run_drivers(drivers, mode)
 
 
 def summary(results: list[dict], solo: dict[str, float]) -> dict:
@@ -318,8 +309,9 @@ def plot(result: dict, path: str) -> None:
                label=f"{row['policy']}: average {row['avg_jct_s']:.1f} s ({row['ratio_to_baseline']:.2f}x)")
     ax.set_xticks([i + width * (len(rows) - 1) / 2 for i in range(len(names))], names, rotation=20, fontsize=8)
     ax.set_ylabel("completion time [s] (arrival to end)")
-    ax.set_title(f"eight drivers on a cluster of two accelerator types (seed {result['workload']['seed']}; "
-                 "p: pipeline rows, t: training seconds)")
+    ax.set_title(f"eight drivers on two accelerator types (seed {result['workload']['seed']}; bars: the last "
+                 "round; legend: median of the rounds' averages)", fontsize=10)
+    ax.set_xlabel("p: a pipeline's rows (B: needs type B), t: a training job's seconds")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -73,9 +73,9 @@ class Entry:
     """Rows per second over the last ``RATE_WINDOW_S`` of heartbeats once they span ``RATE_MIN_SPAN_S``."""
     cost: float | None = None
     """Cluster-seconds per row: over such a window that starts after its first rows, the share of
-    the cluster the run held (its larger share of CPUs or GPUs; 1 with no cap) times the seconds,
-    over the rows done; the least of the run's current execution (``None`` until then). A run held
-    small is not taken for a long one: its rate is low, and so is its share."""
+    the cluster the run held (its larger share of CPUs or GPUs, each at least its floor; 1 with no
+    cap) times the seconds, over the rows done; the least of the run's current execution (``None``
+    until then). A run held small is not taken for a long one: its rate is low, and so is its share."""
     first_rows_s: float | None = None
     """When its current execution's first rows were done (arbiter clock)."""
     points: deque = field(default_factory=deque)
