@@ -28,7 +28,7 @@ the rounds of the average and p95 completion time of all runs and of the pipelin
 and the max slowdown, every round's, and the last round's run times and arbiter events) and
 shared_cluster.png (the last round).
 
-    python benchmarks/shared_cluster.py --rounds 2   # about 35 minutes on a 2-core machine
+    python benchmarks/shared_cluster.py --rounds 2   # about 40 minutes on a 2-core machine
 """
 from __future__ import annotations
 
