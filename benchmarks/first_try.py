@@ -76,12 +76,14 @@ class Embed(_Stage):
     costs = EMBED_S
 
 
-def pipeline(rows: int, shift_at: float = 0.5):
+def pipeline(rows: int, shift_at: float = 0.5, accelerator_type: str | None = None):
+    """The first try's pipeline; ``accelerator_type``: both pools need GPUs of that type."""
     pool = ActorPoolStrategy(min_size=1, max_size=MAX_REPLICAS)
     step = int(rows * shift_at)
+    typed = {"resources": {f"accelerator_type:{accelerator_type}": 0.01}} if accelerator_type else {}
     return (ray.data.range(rows, override_num_blocks=max(1, rows // 40)).map_batches(_prep)
-            .map_batches(Detect, fn_constructor_args=(step,), compute=pool, num_gpus=0.5, batch_size=40)
-            .map_batches(Embed, fn_constructor_args=(step,), compute=pool, num_gpus=0.5, batch_size=40))
+            .map_batches(Detect, fn_constructor_args=(step,), compute=pool, num_gpus=0.5, batch_size=40, **typed)
+            .map_batches(Embed, fn_constructor_args=(step,), compute=pool, num_gpus=0.5, batch_size=40, **typed))
 
 
 def work_bound_s(rows: int, shift_at: float = 0.5) -> float:

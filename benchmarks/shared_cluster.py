@@ -76,21 +76,6 @@ def arrivals(seed: int) -> list[dict]:
     return sorted(runs, key=lambda r: r["at"])
 
 
-def _pipeline(rows: int, pinned: str | None):
-    import ray
-    from ray.data import ActorPoolStrategy
-
-    from first_try import MAX_REPLICAS, Detect, Embed, _prep
-
-    step = rows // 2
-    typed = {"resources": {f"accelerator_type:{pinned}": 0.01}} if pinned else {}
-    return (ray.data.range(rows, override_num_blocks=max(1, rows // 40)).map_batches(_prep)
-            .map_batches(Detect, fn_constructor_args=(step,), compute=ActorPoolStrategy(min_size=1, max_size=MAX_REPLICAS),
-                         num_gpus=0.5, batch_size=40, **typed)
-            .map_batches(Embed, fn_constructor_args=(step,), compute=ActorPoolStrategy(min_size=1, max_size=MAX_REPLICAS),
-                         num_gpus=0.5, batch_size=40, **typed))
-
-
 def _train(secs: float) -> str:
     time.sleep(secs)
     return "trained"
@@ -123,7 +108,7 @@ def driver(args: argparse.Namespace) -> int:
             sched.run()
             events = [[round(t, 2), "arbiter", text] for t, text in sched.arbiter_events]
         else:
-            ds = _pipeline(run["rows"], run["pinned"])
+            ds = first_try.pipeline(run["rows"], accelerator_type=run["pinned"])
             time.sleep(max(0.0, args.at - time.time()))
             start = time.time()
             if args.mode == "stock":

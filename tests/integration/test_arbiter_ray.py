@@ -110,7 +110,8 @@ def test_two_drivers_share_the_cluster_and_survive_an_arbiter_restart(address, t
     finally:
         Path(release_here).touch()
         Path(release_other).touch()
-        thread.join(timeout=WAIT_S) if thread.is_alive() else None
+        if thread.is_alive():
+            thread.join(timeout=WAIT_S)
         stdout, stderr = other.communicate(timeout=WAIT_S)
     if "error" in out:
         raise out["error"]
@@ -153,7 +154,8 @@ def test_a_job_schedulers_running_job_holds_its_gpu_and_the_pipelines_share_the_
     finally:
         release_job.touch()
         release_other.touch()
-        thread.join(timeout=WAIT_S) if thread.is_alive() else None
+        if thread.is_alive():
+            thread.join(timeout=WAIT_S)
         _, stderr = other.communicate(timeout=WAIT_S)
     assert other.returncode == 0, stderr[-3000:]  # every row once (the driver checks its own)
     assert out["result"] == {"train-1": "trained"}
@@ -178,7 +180,8 @@ def test_a_killed_drivers_budget_returns_within_the_heartbeat_bound(address, tmp
         assert time.monotonic() - killed <= LAPSE_S + 5.0
     finally:
         Path(release).touch()
-        thread.join(timeout=WAIT_S) if thread.is_alive() else None
+        if thread.is_alive():
+            thread.join(timeout=WAIT_S)
         other.kill()
         other.communicate(timeout=60)
     if "error" in out:

@@ -153,19 +153,19 @@ def divide(shares: list[Share], *, cpus: float, gpus: float, policy: Any = "srtf
 def _elastic(shares: list[Share], *, cpus: float, gpus: float, policy: Any, preemption: str,
              quotas: dict[str, list[float]], payoff_s: float, now: float, seed: int,
              max_slowdown: float | None) -> dict[str, Budget]:
-    """The budgets of the runs the arbiter may shrink, over ``cpus`` and ``gpus``."""
+    """The budgets of the runs the arbiter may shrink, over ``cpus`` and ``gpus``; ``quotas``: what
+    each owner may still take (taken from as its runs are served)."""
     ranked = rank(shares, policy=policy, now=now, seed=seed, max_slowdown=max_slowdown, incumbent_credit_s=payoff_s)
     left = [cpus, gpus]
-    owner_left = quotas
     give: dict[str, list[float]] = {}
     cap = [_floor_cap(shares, i, cpus if i == 0 else gpus) for i in (0, 1)]
     for s in ranked:  # floors first, whole where they fit, in rank order
-        give[s.run_id] = [_take(left, owner_left, s, i, min(_floor(s, i), cap[i])) for i in (0, 1)]
+        give[s.run_id] = [_take(left, quotas, s, i, min(_floor(s, i), cap[i])) for i in (0, 1)]
     kept = [s for s in ranked if _keeps(s, preemption, payoff_s) or _slowed(s, max_slowdown)]
     for s, held_only in [(s, True) for s in kept] + [(s, False) for s in ranked]:
         for i in (0, 1):  # what kept runs hold first, then more for every run in rank order
             want = _want(s, i, cpus if i == 0 else gpus, held_only)
-            give[s.run_id][i] += _take(left, owner_left, s, i, want - give[s.run_id][i])
+            give[s.run_id][i] += _take(left, quotas, s, i, want - give[s.run_id][i])
     kept_ids = {s.run_id for s in kept}
     out = {}
     for n, s in enumerate(ranked):
