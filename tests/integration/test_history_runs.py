@@ -63,7 +63,9 @@ def test_a_second_run_plans_from_the_first_before_its_first_task_finishes(tmp_pa
     kept = HistoryStore(path).entries()
     assert {e.name for e in kept} >= {_pool(first)}
     run, second = _run(path)
-    plan = next(d for d in second.decisions if d.plan is not None)
+    plan = next((d for d in second.decisions if d.plan is not None), None)
+    assert plan is not None, [f"{d.time_s:.1f} {d.kind}: {d.reason[:160]}" for d in second.decisions
+                              if d.kind not in ("observe", "dwell")]
     assert plan.history_runs and plan.history_runs[0].endswith(first.execution_id.rsplit("-", 1)[-1])
     at = next(s for s in second.snapshots if s.time_s >= plan.time_s)
     assert at.operator(_pool(second)).tasks_finished == 0, plan.reason  # planned before any task of its own

@@ -3,6 +3,7 @@ of seeds (small enough for CI) every row comes out once under trident and Ray's 
 never OOM-killed under the limit it is told, and nobody beats the work bound."""
 import pytest
 
+from trident.autoscaler.actuation import pending_guard_s
 from trident.autoscaler.sim.generate import draw, starts, work_bound_s
 from trident.autoscaler.sim.pipeline import simulate
 from trident.autoscaler.sim.ray_rule import RayRule
@@ -121,3 +122,23 @@ def test_a_kept_plan_whose_actor_stays_pending_is_a_mismatch_that_names_it():
     kept = next(e for e in reversed(res.decisions[:i]) if e.kind == "keep" and e.predicted_rows_per_s)
     assert d.time_s - kept.time_s <= 30.0, story  # the keep's own check, not a plan's of long ago
     assert any(e.plan is not None for e in res.decisions[i + 1:i + 4]), story
+
+
+def test_a_rolling_update_whose_new_actor_finds_no_room_does_not_hold_the_planner():
+    """Seed 102: op3's rolling update to A starts its new actors but one finds no room, so an old
+    actor keeps working beside them and op3's counters never measure the new configuration.
+    Once the actor has waited past a surge's pending guard, the planner plans without that
+    measure (it observed for 440 s, its last plan's mismatch naming the pending actor)."""
+    drawn = draw(102, work_s=240)
+    ctx = PolicyContext(memory_limit_bytes=drawn.memory_limit_bytes, seed=102)
+    res = simulate(drawn.spec, policy="trident", seed=102, context=ctx)
+    assert res.finished
+    first = next(d.time_s for d in res.decisions if d.kind == "plan")
+    longest, since = 0.0, None
+    for d in res.decisions:
+        if d.time_s > first and d.kind == "observe":
+            since = d.time_s if since is None else since
+            longest = max(longest, d.time_s - since)
+        else:
+            since = None
+    assert longest <= pending_guard_s(None) + 10.0, longest
