@@ -36,7 +36,7 @@ def test_changes_name_targets_and_reasons_and_count_inner_moves():
                    Decision(time_s=8.0, reason=inner.reason, plan=inner, kind="inner")]
     lines = changes(r)
     assert lines[0].strip().startswith("3.5 s") and "data changed at Embed" in lines[0]
-    assert "plan: Embed 1->5, Embed batch 16 (throughput 40 -> 90 rows/s)" in lines[1]
+    assert "plan: Embed 3->5, Embed batch 16 (throughput 40 -> 90 rows/s)" in lines[1]  # 3 ran then
     assert "inner loop: 1 pool moves" in lines[2]
     assert len(changes(r, limit=1)) == 2  # one line, then how many more
 
@@ -50,7 +50,8 @@ def test_a_plan_revisited_after_a_regime_change_says_what_it_kept():
                    Decision(time_s=9.0, reason="keep: the current plan is already optimal (optimal)", kind="keep")]
     lines = changes(r)
     assert "data changed at Embed" in lines[0]
-    assert lines[1].strip().startswith("4.5 s") and "keep: Embed x1 kept: the current plan is already optimal" in lines[1]
+    # the size the pool ran at then (3 from 3 s on: its snapshots), whoever moved it
+    assert lines[1].strip().startswith("4.5 s") and "keep: Embed x3 kept: the current plan is already optimal" in lines[1]
     assert len(lines) == 2  # the later keep is not a revisit
 
 

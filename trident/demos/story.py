@@ -4,6 +4,7 @@ Pure: built from :class:`~trident.report.record.RunRecord` s (or saved run JSON)
 """
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 
@@ -87,10 +88,13 @@ def changes(record: RunRecord, *, limit: int = 8) -> list[str]:
     lines: list[str] = []
     inner = 0
     for e in record.executions:
-        replicas = {op.name: op.config.replicas for op in (e.snapshots[0].operators if e.snapshots else ())}
+        times = [s.time_s for s in e.snapshots]
+        replicas: dict[str, int | None] = {}
         revisiting = False
         for d in e.decisions:
             t = e.started_at_s + d.time_s
+            at = bisect.bisect_right(times, d.time_s + 1e-9) - 1  # the pools as they were (Ray's rule moves them too)
+            replicas.update({op.name: op.config.replicas for op in e.snapshots[max(at, 0)].operators} if times else {})
             for m in filter(None, map(HELD.match, d.notes)):
                 lines.append(f"{t:6.1f} s  held: {short_name(m['pool'])} at {m['n']} where Ray's rule asked "
                              f"{m['want']} ({m['why']})")
