@@ -23,10 +23,14 @@ it, so a completion time (arrival to the last row written, or to the job's end) 
 start. Each pipeline also runs alone on stock Ray Data once: slowdown is a completion time over
 that (a training job's: over its sleep). Every pipeline checks that each row was written once.
 
+Under the arbiter a pipeline's GPU budget cut is a *shrink* (it drains actors; no row is lost),
+and a *futile* one where the pipeline ended within the arbiter's payoff (``PAYOFF_S``) of it: its
+actors were drained for less time than a shrink needs to pay off.
+
 Writes benchmarks/results/shared_cluster.json (RESULTS.md shape: per contender the median over
-the rounds of the average and p95 completion time of all runs and of the pipelines, the makespan
-and the max slowdown, every round's, and the last round's run times and arbiter events) and
-shared_cluster.png (the last round).
+the rounds of the average and p95 completion time of all runs and of the pipelines, the makespan,
+the max slowdown, the shrinks and the futile ones, every round's, and the last round's run times
+and arbiter events) and shared_cluster.png (the last round).
 
     python benchmarks/shared_cluster.py --rounds 2   # about 40 minutes on a 2-core machine
 """
@@ -37,6 +41,7 @@ import datetime as dt
 import json
 import os
 import random
+import re
 import shutil
 import statistics
 import sys
@@ -53,6 +58,9 @@ CONTENDERS = {  # name -> (what each driver runs, the arbiter's settings)
     "trident": ("arbiter", dict(policy="srtf", preemption="lazy")),
 }
 MODES = ("stock", "alone", "arbiter")
+PAYOFF_S = 10.0
+"""The arbiter's ``payoff_s`` (its default): a shrink of a run that ends sooner cannot pay off."""
+BUDGET = re.compile(r"^rank \d+: (?:[\d.]+|any) CPUs, (?P<gpus>[\d.]+|any) GPUs")
 
 
 def arrivals(seed: int) -> list[dict]:
@@ -154,12 +162,30 @@ def summary(results: list[dict], solo: dict[str, float]) -> dict:
     jct = [r["completion_s"] for r in results]
     pipes = [r["completion_s"] for r in results if r["kind"] == "pipeline"]
     slow = {r["name"]: r["completion_s"] / solo[_solo_key(r)] for r in results}
+    cut = {r["name"]: shrinks(r["arbiter_events"], r["completion_s"]) for r in results if r["kind"] == "pipeline"}
     first = min(r["arrival_unix_s"] for r in results)
     return {"avg_jct_s": statistics.mean(jct), "p95_jct_s": float(np.percentile(jct, 95)),
             "avg_pipeline_jct_s": statistics.mean(pipes), "p95_pipeline_jct_s": float(np.percentile(pipes, 95)),
             "makespan_s": max(r["end_unix_s"] for r in results) - first, "max_slowdown": max(slow.values()),
             "slowdowns": slow, "completion_s": {r["name"]: r["completion_s"] for r in results},
+            "shrinks": sum(cuts[0] for cuts in cut.values()), "futile_shrinks": sum(cuts[1] for cuts in cut.values()),
             "arbiter_events": {r["name"]: r["arbiter_events"] for r in results}}
+
+
+def shrinks(events: list, completion_s: float) -> tuple[int, int]:
+    """A pipeline's GPU budget cuts in its ``arbiter_budget`` events (``[time s, kind, message]``,
+    the time from its arrival), and the futile ones: those it ended within ``PAYOFF_S`` of."""
+    cuts, futile, gpus = 0, 0, None  # None: no budget yet (its first is no cut)
+    for t, kind, message in events:
+        if kind != "arbiter_budget":
+            continue
+        m = BUDGET.match(message)
+        now = float("inf") if m is None or m["gpus"] == "any" else float(m["gpus"])
+        if gpus is not None and now < gpus:
+            cuts += 1
+            futile += completion_s - t <= PAYOFF_S
+        gpus = now
+    return cuts, futile
 
 
 def _solo_key(r: dict) -> str:
@@ -236,7 +262,7 @@ def main() -> int:
                 rounds.setdefault(name, []).append(s)
                 print(f"round {i} {name}: average {s['avg_jct_s']:.1f} s (pipelines {s['avg_pipeline_jct_s']:.1f} s), "
                       f"p95 {s['p95_jct_s']:.1f} s, makespan {s['makespan_s']:.1f} s, max slowdown "
-                      f"{s['max_slowdown']:.2f}", flush=True)
+                      f"{s['max_slowdown']:.2f}, shrinks {s['shrinks']} ({s['futile_shrinks']} futile)", flush=True)
         set_arbiter(None)
     finally:
         ray.shutdown()
@@ -260,7 +286,8 @@ def _result(rounds, runs, solo, seed, started, trident_version, ray_version, mem
     rows = []
     for name, each in rounds.items():
         row = {"policy": name, **each[-1], "rounds": each}
-        for m in ("avg_jct_s", "p95_jct_s", "avg_pipeline_jct_s", "p95_pipeline_jct_s", "makespan_s", "max_slowdown"):
+        for m in ("avg_jct_s", "p95_jct_s", "avg_pipeline_jct_s", "p95_pipeline_jct_s", "makespan_s", "max_slowdown",
+                  "shrinks", "futile_shrinks"):
             row[m] = statistics.median(r[m] for r in each)
         rows.append(row)
     base = rows[0]["avg_jct_s"]

@@ -41,3 +41,15 @@ def test_each_measure_is_the_median_over_the_rounds_and_the_first_contender_the_
     assert res["baseline"] == "stock" and stock["avg_jct_s"] == 50.0 and len(stock["rounds"]) == 3
     assert stock["completion_s"] == {"p": 90.0}  # the last round's runs
     assert trident["ratio_to_baseline"] == pytest.approx(50.0 / 30.0) and stock["ratio_to_baseline"] == 1.0
+
+
+def test_a_shrink_is_a_gpu_budget_cut_and_futile_when_the_run_ends_within_the_payoff():
+    events = [[1.0, "arbiter", "joined the cluster's arbiter as p-1 (at least 3 CPUs, 1 GPUs)"],
+              [1.0, "arbiter_budget", "rank 1: 12 CPUs, 3 GPUs: rank 1 of 1 by priority 0, then srtf (126 s left)"],
+              [5.0, "arbiter_budget", "rank 1: 9 CPUs, 2 GPUs: rank 1 of 2 by priority 0, then srtf (81 s left)"],
+              [9.0, "arbiter_budget", "rank 2: 6 CPUs, 2 GPUs: rank 2 of 2 by priority 0, then srtf (70 s left)"],
+              [20.0, "arbiter_budget", "no cap: alone on the cluster"],
+              [30.0, "arbiter_budget", "rank 2: 3 CPUs, 1 GPUs: rank 2 of 2 by priority 0, then srtf (5 s left)"]]
+    assert shared_cluster.shrinks(events, completion_s=60.0) == (2, 0)  # 3 -> 2 GPUs, and from no cap to 1
+    assert shared_cluster.shrinks(events, completion_s=36.0) == (2, 1)  # it ended 6 s after the last cut
+    assert shared_cluster.shrinks([], completion_s=10.0) == (0, 0)  # stock Ray Data: no budget at all
