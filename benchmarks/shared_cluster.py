@@ -24,8 +24,9 @@ start. Each pipeline also runs alone on stock Ray Data once: slowdown is a compl
 that (a training job's: over its sleep). Every pipeline checks that each row was written once.
 
 Under the arbiter a pipeline's GPU budget cut is a *shrink* (it drains actors; no row is lost),
-and a *futile* one where the pipeline ended within the arbiter's payoff (``PAYOFF_S``) of it: its
-actors were drained for less time than a shrink needs to pay off.
+and a *futile* one where the pipeline ended within the arbiter's payoff (its ``payoff_s``, which
+the contenders leave at its default) of it: its actors were drained for less time than a shrink
+needs to pay off.
 
 Writes benchmarks/results/shared_cluster.json (RESULTS.md shape: per contender the median over
 the rounds of the average and p95 completion time of all runs and of the pipelines, the makespan,
@@ -58,9 +59,8 @@ CONTENDERS = {  # name -> (what each driver runs, the arbiter's settings)
     "trident": ("arbiter", dict(policy="srtf", preemption="lazy")),
 }
 MODES = ("stock", "alone", "arbiter")
-PAYOFF_S = 10.0
-"""The arbiter's ``payoff_s`` (its default): a shrink of a run that ends sooner cannot pay off."""
 BUDGET = re.compile(r"^rank \d+: (?:[\d.]+|any) CPUs, (?P<gpus>[\d.]+|any) GPUs")
+"""A budget as an ``arbiter_budget`` event says it (``Budget.describe``); "no cap" does not match."""
 
 
 def arrivals(seed: int) -> list[dict]:
@@ -174,7 +174,10 @@ def summary(results: list[dict], solo: dict[str, float]) -> dict:
 
 def shrinks(events: list, completion_s: float) -> tuple[int, int]:
     """A pipeline's GPU budget cuts in its ``arbiter_budget`` events (``[time s, kind, message]``,
-    the time from its arrival), and the futile ones: those it ended within ``PAYOFF_S`` of."""
+    the time from its arrival), and the futile ones: those it ended within the arbiter's default
+    ``payoff_s`` of."""
+    from trident.jobs.arbiter.state import ArbiterState
+
     cuts, futile, gpus = 0, 0, None  # None: no budget yet (its first is no cut)
     for t, kind, message in events:
         if kind != "arbiter_budget":
@@ -183,7 +186,7 @@ def shrinks(events: list, completion_s: float) -> tuple[int, int]:
         now = float("inf") if m is None or m["gpus"] == "any" else float(m["gpus"])
         if gpus is not None and now < gpus:
             cuts += 1
-            futile += completion_s - t <= PAYOFF_S
+            futile += completion_s - t <= ArbiterState.payoff_s
         gpus = now
     return cuts, futile
 

@@ -2,6 +2,7 @@
 import pytest
 
 import shared_cluster
+from trident.jobs.arbiter.divide import Budget
 
 
 def test_the_arrivals_are_drawn_from_the_seed_with_each_kind_of_run_once():
@@ -44,12 +45,15 @@ def test_each_measure_is_the_median_over_the_rounds_and_the_first_contender_the_
 
 
 def test_a_shrink_is_a_gpu_budget_cut_and_futile_when_the_run_ends_within_the_payoff():
+    def said(budget):  # as the run's link says a budget (trident.jobs.arbiter.link)
+        return "arbiter_budget", budget.describe() + ": " + budget.reason
+
     events = [[1.0, "arbiter", "joined the cluster's arbiter as p-1 (at least 3 CPUs, 1 GPUs)"],
-              [1.0, "arbiter_budget", "rank 1: 12 CPUs, 3 GPUs: rank 1 of 1 by priority 0, then srtf (126 s left)"],
-              [5.0, "arbiter_budget", "rank 1: 9 CPUs, 2 GPUs: rank 1 of 2 by priority 0, then srtf (81 s left)"],
-              [9.0, "arbiter_budget", "rank 2: 6 CPUs, 2 GPUs: rank 2 of 2 by priority 0, then srtf (70 s left)"],
-              [20.0, "arbiter_budget", "no cap: alone on the cluster"],
-              [30.0, "arbiter_budget", "rank 2: 3 CPUs, 1 GPUs: rank 2 of 2 by priority 0, then srtf (5 s left)"]]
+              [1.0, *said(Budget(cpus=12, gpus=3, rank=0, reason="rank 1 of 1 by priority 0, then srtf"))],
+              [5.0, *said(Budget(cpus=9, gpus=2, rank=0, reason="rank 1 of 2 by priority 0, then srtf"))],
+              [9.0, *said(Budget(cpus=6, gpus=2, rank=1, reason="rank 2 of 2 by priority 0, then srtf"))],
+              [20.0, *said(Budget())],
+              [30.0, *said(Budget(cpus=3.5, gpus=0.5, rank=1, reason="rank 2 of 2 by priority 0, then srtf"))]]
     assert shared_cluster.shrinks(events, completion_s=60.0) == (2, 0)  # 3 -> 2 GPUs, and from no cap to 1
     assert shared_cluster.shrinks(events, completion_s=36.0) == (2, 1)  # it ended 6 s after the last cut
     assert shared_cluster.shrinks([], completion_s=10.0) == (0, 0)  # stock Ray Data: no budget at all
