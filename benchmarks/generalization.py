@@ -48,6 +48,7 @@ import numpy as np
 from trident.autoscaler.sim.generate import Drawn, draw, work_bound_s
 from trident.autoscaler.sim.model import CPU, SimOperator
 from trident.core.errors import ConfigError
+from trident.report.predictions import plan_checks
 
 AT_REST_BYTES = 110 * 2**20
 """A stand-in replica's own Python, Ray and numpy (unique memory), before its drawn heap."""
@@ -230,7 +231,7 @@ def run_once(drawn: Drawn, policy: str, *, scale: float, expected: np.ndarray, r
     if record:
         run.to_json(record)
     s = run.summary()
-    errors = [e for ex in run.executions for e in prediction_errors(ex)]
+    errors = [c.error for ex in run.executions for c in plan_checks(ex) if c.error is not None]
     return {"policy": policy, "seed": drawn.seed, "wall_s": wall_s, "rows": int(len(keys)),
             "exactly_once": bool(len(keys) == len(expected) and np.array_equal(keys, expected)),
             "rows_lost": int(len(np.setdiff1d(expected, keys))), "rows_duplicated": int(len(keys) - len(np.unique(keys))),
@@ -238,26 +239,6 @@ def run_once(drawn: Drawn, policy: str, *, scale: float, expected: np.ndarray, r
             "prediction_error_median": statistics.median(errors) if errors else None,
             "decisions": [f"{d.time_s:.1f} s {d.kind}: {d.reason[:200]}" for ex in run.executions
                           for d in ex.decisions if d.kind in ("plan", "mismatch", "replan")]}
-
-
-def prediction_errors(ex) -> list[float]:
-    """|predicted / measured - 1| of each plan's last operator, measured over the 10 s after its
-    rollout, for plans whose targets were reached."""
-    out = []
-    for d in ex.decisions:
-        if d.kind != "plan" or not d.predicted_rows_per_s:
-            continue
-        name, predicted = d.predicted_rows_per_s[-1]
-        reached = [a.time_s for a in ex.actions if a.kind == "target_reached" and a.time_s >= d.time_s]
-        if not reached:
-            continue
-        t0 = min(reached)
-        pts = [(s.time_s, o.rows_out_total) for s in ex.snapshots if t0 <= s.time_s <= t0 + 10.0
-               for o in s.operators if o.name == name]
-        if len(pts) >= 2 and pts[-1][0] > pts[0][0] and pts[-1][1] > pts[0][1]:
-            measured = (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
-            out.append(abs(predicted / measured - 1))
-    return out
 
 
 def simulated(drawn: Drawn, cores: int) -> dict[str, float]:

@@ -49,3 +49,17 @@ def test_a_later_plan_ends_the_window_of_the_one_before():
     checks = plan_checks(e, min_window_s=2.0)
     assert [c.until_s for c in checks] == [pytest.approx(8.0)]  # the second one never reached its target
     assert plan_checks(e) == []  # 2.9 s: shorter than a rate window
+
+
+def test_a_change_of_the_data_ends_the_window_of_the_plan_made_before_it():
+    """A plan predicts for the data it was made on: rows that came out after a regime change
+    (the operator 2x slower, say) do not count against it."""
+    rec = _with_prediction(30.0)
+    e = rec.executions[0]
+    e.decisions.append(Decision(time_s=14.0, reason="observing", regime_changes=(OP,)))
+    (check,) = plan_checks(e)
+    assert check.until_s == pytest.approx(14.0) and check.error == pytest.approx(0.0)
+    e.snapshots = [dataclasses.replace(s, operators=tuple(dataclasses.replace(o, rows_out_total=o.rows_out_total // 2)
+                                                          for o in s.operators)) if s.time_s > 14 else s
+                   for s in e.snapshots]  # what comes out after the change no longer matters
+    assert plan_checks(e)[0].error == pytest.approx(0.0)

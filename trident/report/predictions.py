@@ -2,7 +2,9 @@
 what the operator put out once the plan's targets were reached, until the next plan.
 
 A plan whose pool targets were never all reached (or its rollout finished) before the next plan
-(or the end) is not measured; nor is an operator that completed inside the window. The error of a
+(or the end) is not measured; nor is an operator that completed inside the window. A plan
+predicts for the data it was made on: its window also ends where the policy saw an operator's
+data change (a decision with ``regime_changes``). The error of a
 plan is ``|predicted / measured - 1|`` of the last operator it predicted, the pipeline's output
 (what the operators before it put out also fills the queues between them).
 """
@@ -52,7 +54,8 @@ def plan_checks(execution: Any, *, min_window_s: float = MIN_WINDOW_S) -> list[P
     for i, d in enumerate(plans):
         if not d.predicted_rows_per_s:
             continue
-        until = plans[i + 1].time_s if i + 1 < len(plans) else end_s
+        until = min([plans[i + 1].time_s if i + 1 < len(plans) else end_s]
+                    + [c.time_s for c in execution.decisions if c.regime_changes and c.time_s > d.time_s])
         pools = {t.name for t in d.plan.targets if t.replicas is not None and t.name in actors}
         reached = []
         for name in pools:

@@ -182,8 +182,11 @@ class Observer:
                 events.append(ev)
         for ev in events:
             shift = abs(ev.mean_after - ev.mean_before) / max(abs(ev.mean_before), 1e-12)
-            if shift >= self.settings.min_change:
-                notes.append(shifts.new_regime(self, tr, ev))
+            if shift < self.settings.min_change:
+                continue
+            moved = shifts.placement_moved(tr, op, key, ev, self.settings.shift_ratio) if ev.signal.endswith(
+                "rows/s per replica") else None
+            notes.append(shifts.replaced(self, tr, key, ev, moved) if moved else shifts.new_regime(self, tr, ev))
         return notes
 
     def _first_tasks(self, tr: OperatorTrack, key: ConfigKey) -> list[str]:
