@@ -163,7 +163,6 @@ class LazyPreemptor:
         """Predicted seconds until ``blocked`` could start without any preemption: when the
         free GPUs of its models plus those predicted to be released by running jobs first
         reach its request (per model, ignoring fragmentation; ``inf`` if never)."""
-        now = state.now
         need = blocked.job.num_gpus
         best = float("inf")
         for model, free in state.free_gpus_by_model.items():
