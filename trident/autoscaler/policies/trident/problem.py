@@ -256,7 +256,7 @@ def typed_view(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Op
     # an unpinned pool's rate on each type its actors ran on; planned per type once every
     # type it holds actors on is measured
     seen = {o.name: estimates.typed_rates(tracks[o.name], key_of(o.config), settings.min_busy_s)
-            or _one_type_rate(tracks[o.name], o, settings)
+            or _one_type_rate(tracks[o.name], o, settings) or _backpressured_rates(tracks[o.name], o, settings)
             for o in gpu_ops if o.config.accelerator_type is None}
     # ... and only where some pool is materially faster on one type than another: between
     # types of equal speed a per-type plan only pins pools where the noise put them
@@ -283,6 +283,39 @@ def _one_type_rate(tr: OperatorTrack, o: OperatorSnapshot, settings: TridentSett
         return {}
     est = estimates.rate(tr, o, key_of(o.config), settings)
     return {live.pop(): est.rows_per_s} if est.rows_per_s else {}
+
+
+def _backpressured_rates(tr: OperatorTrack, o: OperatorSnapshot, settings: TridentSettings) -> dict[str, float]:
+    """A pool backpressured while it runs on several types, whose rates per type
+    (:func:`estimates.typed_rates`) leave its backpressured snapshots out and so are never read:
+    its finished tasks per busy second on each type since its types last changed, scaled so that
+    their busy-weighted mean is its pooled rate. The output waits as long on every type, so the
+    ratios between types are if anything smaller than they are. Unread, they kept every pool from
+    being planned per type (seed 175 of the generated scenarios: op1, 6x faster on C than on A,
+    backpressured by op2 on both for the rest of the run)."""
+    if not o.backpressured:
+        return {}
+    key = key_of(o.config)
+    snaps = [s for t, s in tr.snaps if t >= tr.since_s(key) and key_of(s.config) == key and s.by_type]
+    if len(snaps) < 2:
+        return {}
+    live = {u.accelerator_type for u in snaps[-1].by_type if u.actors}
+    start = len(snaps) - 1
+    while start > 0 and live <= {u.accelerator_type for u in snaps[start - 1].by_type if u.actors}:
+        start -= 1
+    was = {u.accelerator_type: u for u in snaps[start].by_type}
+    per = {}
+    for u in snaps[-1].by_type:
+        p = was.get(u.accelerator_type)
+        n = u.tasks_finished - (p.tasks_finished if p else 0)
+        busy = u.busy_s - (p.busy_s if p else 0.0)
+        if u.accelerator_type in live and n >= estimates.MIN_TYPED_TASKS and busy >= settings.min_busy_s:
+            per[u.accelerator_type] = (n, busy)
+    pooled = estimates.rate(tr, o, key, settings).rows_per_s
+    if len(per) < 2 or set(per) != live or not pooled:
+        return {}
+    mean = sum(n for n, _ in per.values()) / sum(b for _, b in per.values())
+    return {t: pooled * (n / b) / mean for t, (n, b) in per.items()}
 
 
 def _pinned_rates(tr: OperatorTrack, o: OperatorSnapshot, settings: TridentSettings) -> dict[str, float]:
