@@ -4,9 +4,9 @@ what the operator put out once the plan's targets were reached, until the next p
 A plan whose pool targets were never all reached (or its rollout finished) before the next plan
 (or the end) is not measured; nor is an operator that completed inside the window. A plan
 predicts for the data it was made on: its window also ends where the policy saw an operator's
-data change (a decision with ``regime_changes``). The error of a
-plan is ``|predicted / measured - 1|`` of the last operator it predicted, the pipeline's output
-(what the operators before it put out also fills the queues between them).
+data change (a decision with ``regime_changes``). The error of a plan is ``|predicted / measured
+- 1|`` of the last operator it predicted, the pipeline's output (what the operators before it put
+out also fills the queues between them).
 """
 from __future__ import annotations
 

@@ -184,8 +184,8 @@ class Observer:
             shift = abs(ev.mean_after - ev.mean_before) / max(abs(ev.mean_before), 1e-12)
             if shift < self.settings.min_change:
                 continue
-            moved = shifts.placement_moved(tr, op, key, ev, self.settings.shift_ratio) if ev.signal.endswith(
-                "rows/s per replica") else None
+            moved = (shifts.placement_moved(tr, op, key, ev, self.settings.shift_ratio)
+                     if ev.signal == tr.rate_detector.signal else None)
             notes.append(shifts.replaced(self, tr, key, ev, moved) if moved else shifts.new_regime(self, tr, ev))
         return notes
 
