@@ -9,7 +9,8 @@ from trident.core.model.features import ConfigFeatures
 from trident.core.plan.placement import ANY_GPU, CPU
 from trident.autoscaler.policies.trident.records import ConfigKey, Estimate, key_of
 from trident.autoscaler.policies.trident.settings import TridentSettings
-from trident.autoscaler.policies.trident.track import OperatorTrack, busy_rate, mostly_starting
+from trident.autoscaler.policies.trident.track import (OperatorTrack, busy_rate, mostly_starting, same_types_since,
+                                                      type_deltas, typed_snaps)
 from trident.core.types import ClusterView, OperatorSnapshot, Snapshot
 
 
@@ -51,15 +52,10 @@ def typed_rates(tr: OperatorTrack, key: ConfigKey, min_busy_s: float) -> dict[st
 
 
 def _typed_here(tr: OperatorTrack, key: ConfigKey, min_busy_s: float) -> dict[str, float]:
-    snaps = [o for t, o in tr.snaps if t >= tr.since_s(key) and key_of(o.config) == key and o.by_type]
+    snaps = typed_snaps(tr, key)
     if len(snaps) < 2 or snaps[-1].backpressured:
         return {}
-    live = {u.accelerator_type for u in snaps[-1].by_type if u.actors}
-    start = len(snaps) - 1
-    while (start > 0 and not snaps[start - 1].backpressured
-           and live <= {u.accelerator_type for u in snaps[start - 1].by_type if u.actors}):
-        start -= 1
-    snaps = snaps[start:]
+    snaps = same_types_since(snaps)
     if len(snaps) < 2:
         return {}
     first, last = snaps[0], snaps[-1]
@@ -67,17 +63,9 @@ def _typed_here(tr: OperatorTrack, key: ConfigKey, min_busy_s: float) -> dict[st
     if tasks <= 0:
         return {}
     per_task = (last.rows_out_total - first.rows_out_total) / tasks
-    before = {u.accelerator_type: u for u in first.by_type}
-    out = {}
-    for u in last.by_type:
-        if u.accelerator_type not in live:
-            continue
-        b = before.get(u.accelerator_type)
-        n = u.tasks_finished - (b.tasks_finished if b else 0)
-        busy = u.busy_s - (b.busy_s if b else 0.0)
-        if n >= MIN_TYPED_TASKS and busy >= min_busy_s and per_task > 0:
-            out[u.accelerator_type] = n * per_task / busy
-    return out
+    live = {u.accelerator_type for u in last.by_type if u.actors}
+    return {t: n * per_task / busy for t, (n, busy) in type_deltas(first, last).items()
+            if t in live and n >= MIN_TYPED_TASKS and busy >= min_busy_s and per_task > 0}
 
 
 def rate(tr: OperatorTrack, op: OperatorSnapshot, key: ConfigKey, settings: TridentSettings) -> Estimate:

@@ -20,7 +20,7 @@ from trident.autoscaler.policies.trident import estimates
 from trident.autoscaler.policies.trident import nodes as nodes_of
 from trident.autoscaler.policies.trident.records import ConfigKey, Estimate, key_of
 from trident.autoscaler.policies.trident.settings import TridentSettings
-from trident.autoscaler.policies.trident.track import OperatorTrack
+from trident.autoscaler.policies.trident.track import OperatorTrack, same_types_since, type_deltas, typed_snaps
 from trident.core.types import OperatorSnapshot, OperatorTarget, Snapshot
 
 TYPE_SPEEDUP = 1.5
@@ -296,21 +296,13 @@ def _backpressured_rates(tr: OperatorTrack, o: OperatorSnapshot, settings: Tride
     if not o.backpressured:
         return {}
     key = key_of(o.config)
-    snaps = [s for t, s in tr.snaps if t >= tr.since_s(key) and key_of(s.config) == key and s.by_type]
+    snaps = typed_snaps(tr, key)
     if len(snaps) < 2:
         return {}
+    snaps = same_types_since(snaps, through_backpressure=True)
     live = {u.accelerator_type for u in snaps[-1].by_type if u.actors}
-    start = len(snaps) - 1
-    while start > 0 and live <= {u.accelerator_type for u in snaps[start - 1].by_type if u.actors}:
-        start -= 1
-    was = {u.accelerator_type: u for u in snaps[start].by_type}
-    per = {}
-    for u in snaps[-1].by_type:
-        p = was.get(u.accelerator_type)
-        n = u.tasks_finished - (p.tasks_finished if p else 0)
-        busy = u.busy_s - (p.busy_s if p else 0.0)
-        if u.accelerator_type in live and n >= estimates.MIN_TYPED_TASKS and busy >= settings.min_busy_s:
-            per[u.accelerator_type] = (n, busy)
+    per = {t: (n, busy) for t, (n, busy) in type_deltas(snaps[0], snaps[-1]).items()
+           if t in live and n >= estimates.MIN_TYPED_TASKS and busy >= settings.min_busy_s}
     pooled = estimates.rate(tr, o, key, settings).rows_per_s
     if len(per) < 2 or set(per) != live or not pooled:
         return {}

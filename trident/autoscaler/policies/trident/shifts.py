@@ -16,7 +16,7 @@ from trident.autoscaler.policies.trident.estimates import MIN_TYPED_TASKS
 from trident.autoscaler.policies.trident.records import Assumed, ConfigKey, Counters, RateSample, Stall, key_of
 from trident.autoscaler.policies.trident.settings import TridentSettings
 from trident.autoscaler.policies.trident.track import (OperatorTrack, batch_shape, busy_rate, counters, far_off,
-                                                      mostly_starting, tasks_since)
+                                                      mostly_starting, tasks_since, type_deltas)
 from trident.core.types import OperatorSnapshot
 
 
@@ -242,16 +242,8 @@ def placement_moved(tr: OperatorTrack, op: OperatorSnapshot, key: ConfigKey, ev:
 
 
 def _per_type(a: OperatorSnapshot, b: OperatorSnapshot) -> dict[str, tuple[float, int, float]]:
-    """Per accelerator type from ``a`` to ``b``: (tasks per busy second, tasks, busy seconds)."""
-    was = {u.accelerator_type: u for u in a.by_type}
-    out = {}
-    for u in b.by_type:
-        p = was.get(u.accelerator_type)
-        n = u.tasks_finished - (p.tasks_finished if p else 0)
-        busy = u.busy_s - (p.busy_s if p else 0.0)
-        if busy > 0:
-            out[u.accelerator_type] = (n / busy, n, busy)
-    return out
+    """Per accelerator type busy from ``a`` to ``b``: (tasks per busy second, tasks, busy seconds)."""
+    return {t: (n / busy, n, busy) for t, (n, busy) in type_deltas(a, b).items() if busy > 0}
 
 
 def replaced(obs: Observed, tr: OperatorTrack, key: ConfigKey, ev: ChangeEvent, shares: dict[str, float]) -> str:

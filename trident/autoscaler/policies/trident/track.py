@@ -165,3 +165,30 @@ def far_off(rate: float, ref: float, steady: list[float], ratio: float) -> bool:
     off = abs(np.log(rate / ref))
     spread = max((abs(np.log(r / ref)) for r in steady if r > 0), default=0.0)
     return off >= max(np.log(ratio), 3.0 * spread)
+
+
+def typed_snaps(tr: OperatorTrack, key: ConfigKey) -> list[OperatorSnapshot]:
+    """The snapshots of ``key`` in the regime that carry a pool's work per accelerator type."""
+    return [o for t, o in tr.snaps if t >= tr.since_s(key) and key_of(o.config) == key and o.by_type]
+
+
+def same_types_since(snaps: list[OperatorSnapshot], *, through_backpressure: bool = False) -> list[OperatorSnapshot]:
+    """The last stretch of ``snaps`` in which every type the pool has actors on at the end had
+    actors (and, unless ``through_backpressure``, its output was not backpressured)."""
+    live = {u.accelerator_type for u in snaps[-1].by_type if u.actors}
+    start = len(snaps) - 1
+    while (start > 0 and (through_backpressure or not snaps[start - 1].backpressured)
+           and live <= {u.accelerator_type for u in snaps[start - 1].by_type if u.actors}):
+        start -= 1
+    return snaps[start:]
+
+
+def type_deltas(a: OperatorSnapshot, b: OperatorSnapshot) -> dict[str, tuple[int, float]]:
+    """Per accelerator type ``b`` has: (tasks finished, busy seconds) from ``a`` to ``b``."""
+    was = {u.accelerator_type: u for u in a.by_type}
+    out = {}
+    for u in b.by_type:
+        p = was.get(u.accelerator_type)
+        out[u.accelerator_type] = (u.tasks_finished - (p.tasks_finished if p else 0),
+                                   u.busy_s - (p.busy_s if p else 0.0))
+    return out
