@@ -375,22 +375,27 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
 
 def resimulate(path: Path) -> int:
     """Print the simulator's wall now (on this machine's cores) for every run of an earlier result,
-    beside the real wall it measured; the share of runs within 15% per policy."""
+    beside the real wall it measured, and the work bound now beside the one it was judged on; the
+    share of runs within 15% and the median fraction of today's bound, per policy."""
     from trident.autoscaler.shim.starts import host_cores
 
     doc = json.loads(path.read_text())
     work_s, rows = doc["workload"]["work_s"], doc["rows"]
-    sims = {seed: simulated(draw(seed, work_s=work_s), host_cores()) for seed in sorted({r["seed"] for r in rows})}
-    print(f"{'seed':>5} {'policy':8} {'real s':>7} {'sim s':>6} {'sim/real':>8} {'then':>6}")
+    seeds = sorted({r["seed"] for r in rows})
+    sims = {seed: simulated(draw(seed, work_s=work_s), host_cores()) for seed in seeds}
+    bounds = {seed: work_bound_s(draw(seed, work_s=work_s).spec) for seed in seeds}
+    print(f"{'seed':>5} {'policy':8} {'real s':>7} {'sim s':>6} {'sim/real':>8} {'then':>6} {'bound s':>8} {'then':>6}")
     for r in rows:
         sim = sims[r["seed"]][r["policy"]]
         print(f"{r['seed']:>5} {r['policy']:8} {r['wall_s']:7.1f} {sim:6.1f} {sim / r['wall_s']:8.2f} "
-              f"{r['sim_vs_real']:6.2f}")
+              f"{r['sim_vs_real']:6.2f} {bounds[r['seed']]:8.1f} {r['bound_s']:6.1f}")
     for pol in POLICIES:
-        ratios = [sims[r["seed"]][pol] / r["wall_s"] for r in rows if r["policy"] == pol]
+        mine = [r for r in rows if r["policy"] == pol]
+        ratios = [sims[r["seed"]][pol] / r["wall_s"] for r in mine]
         print(f"{pol}: median sim/real {statistics.median(ratios):.2f}, within 15% on "
               f"{sum(abs(x - 1) <= 0.15 for x in ratios)} of {len(ratios)}, mean |sim/real - 1| "
-              f"{statistics.mean(abs(x - 1) for x in ratios):.3f}")
+              f"{statistics.mean(abs(x - 1) for x in ratios):.3f}; median of the bound now "
+              f"{statistics.median(bounds[r['seed']] / r['wall_s'] for r in mine):.2f}")
     return 0
 
 

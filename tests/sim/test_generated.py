@@ -5,6 +5,7 @@ import pytest
 
 from trident.autoscaler.actuation import pending_guard_s
 from trident.autoscaler.sim.generate import draw, starts, work_bound_s
+from trident.autoscaler.sim.model import CPU, PipelineSpec, Regime, SimNodes, SimOperator
 from trident.autoscaler.sim.pipeline import simulate
 from trident.autoscaler.sim.ray_rule import RayRule
 from trident.core.errors import ConfigError
@@ -40,6 +41,23 @@ def test_drawn_scenarios_stay_within_their_ranges(seed):
         assert max(speeds) <= 6 * min(speeds) + 1e-9
     assert 0 < work_bound_s(spec) < float("inf")
     assert starts(spec)  # one replica of each operator fits at once: the pipeline can finish
+
+
+def _slowed(regime_by: str) -> PipelineSpec:
+    """1,000 rows; op1 at 10 rows/s on one replica, at half that from row 500 on."""
+    read = SimOperator(name="read", kind="task", peak_rows_per_s=((CPU, 1000.0),), replicas=1, max_replicas=1)
+    op1 = SimOperator(name="op1", kind="task", peak_rows_per_s=((CPU, 10.0),), replicas=1, max_replicas=1,
+                      regimes=(Regime(start=500.0, rate_scale=0.5),), regime_by=regime_by)
+    return PipelineSpec(operators=(read, op1), nodes=(SimNodes(count=1, cpus=2.0),), total_rows=1000)
+
+
+def test_the_work_bound_runs_each_part_of_the_data_at_its_own_rate():
+    # 500 rows at 10 rows/s, then 500 at 5: 150 s, not the 100 s of the faster rate throughout
+    assert work_bound_s(_slowed("rows")) == pytest.approx(150.0, rel=1e-6)
+    # a change by time may come after the last row: the faster rate bounds it
+    assert work_bound_s(_slowed("time")) == pytest.approx(100.0, rel=1e-6)
+    slowed = simulate(_slowed("rows"), policy="static", seed=0)
+    assert slowed.finished and slowed.wall_s >= 0.95 * 150.0
 
 
 @pytest.mark.parametrize("seed", SEEDS)

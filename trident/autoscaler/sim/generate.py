@@ -75,7 +75,7 @@ def draw(seed: int, *, work_s: float = 240.0) -> Drawn:
         nodes = _nodes(rng, types)
     else:
         nodes += [SimNodes(count=1, cpus=32.0, gpus=8.0, gpu_type=t) for t in types]
-    rows_per_s = 1000 / max(work_bound_s(spec_of(1000)), 1e-9)
+    rows_per_s = 1000 / max(_fastest_bound_s(spec_of(1000)), 1e-9)
     spec = spec_of(max(1000, int(round(rows_per_s * work_s, -2))))
     return Drawn(seed=seed, spec=spec, memory_limit_bytes=limit)
 
@@ -118,54 +118,84 @@ def _operator(rng: np.random.Generator, name: str, types: tuple[str, ...]) -> Si
 
 
 def work_bound_s(spec: PipelineSpec) -> float:
-    """Seconds no policy can beat at the user's batch sizes: the rows over the most throughput a
-    fractional placement sustains with every operator at its fastest regime (any schedule's
-    replicas, averaged over the run, are such a placement: each node's CPUs and GPUs, the memory
-    limit and each operator's maximum hold on average), plus the shortest cold start of an actor
-    pool (nothing of it runs before one is up)."""
-    t = _relaxed_throughput(spec)
-    if t <= 0:
-        return math.inf
+    """Seconds no policy can beat at the user's batch sizes: the shortest time in which the
+    replica-seconds every operator needs fit the cluster, plus the shortest cold start of an actor
+    pool (nothing of it runs before one is up). The dataset is cut where an operator's data
+    changes (regimes by dataset position): each piece's rows are processed at that piece's rates
+    and heaps, on whichever nodes and types suit them, changes free. Any schedule's replica-seconds
+    satisfy the same sums: each node group's CPUs and GPUs, the memory limit and each operator's
+    maximum replicas, over the run. Regimes by time count at the operator's fastest."""
+    return _relaxed_seconds(spec, _pieces(spec)) + _first_cold_start_s(spec)
+
+
+def _first_cold_start_s(spec: PipelineSpec) -> float:
     colds = [o.cold_start_s for o in spec.operators if o.kind == "actor"]
-    return spec.total_rows / t + (min(colds) if colds else 0.0)
+    return min(colds) if colds else 0.0
 
 
-def _relaxed_throughput(spec: PipelineSpec) -> float:
-    """Rows/s into the pipeline of the best fractional placement (an LP; HiGHS through pulp)."""
+def _pieces(spec: PipelineSpec) -> list[tuple[float, float]]:
+    """(dataset rows, dataset position) of each piece between regime changes by position."""
+    cuts = sorted({r.start for o in spec.operators if o.regime_by == "rows" for r in o.regimes
+                   if 0 < r.start < spec.total_rows})
+    edges = [0.0, *cuts, float(spec.total_rows)]
+    return [(b - a, a) for a, b in zip(edges, edges[1:])]
+
+
+def _fastest_bound_s(spec: PipelineSpec) -> float:
+    """:func:`work_bound_s` with every operator at its fastest regime throughout: what
+    :func:`draw` sizes a scenario's rows by (kept so that a seed draws the same rows)."""
+    return _relaxed_seconds(spec, [(float(spec.total_rows), None)]) + _first_cold_start_s(spec)
+
+
+def _relaxed_seconds(spec: PipelineSpec, pieces: list[tuple[float, float | None]]) -> float:
+    """The shortest run (seconds) whose replica-seconds process every piece's rows (an LP; HiGHS
+    through pulp). A piece at position ``None`` runs every operator at its fastest regime."""
     import pulp
 
     silence_banner()
     groups = list(enumerate(spec.nodes))
-    prob = pulp.LpProblem("work_bound", pulp.LpMaximize)
-    t = pulp.LpVariable("T", lowBound=0)
-    prob += t
+    prob = pulp.LpProblem("work_bound", pulp.LpMinimize)
+    w = pulp.LpVariable("W", lowBound=0)
+    prob += w
     use: dict[int, list] = {k: [] for k, _ in groups}
     memory, f = [], 1.0
     for i, o in enumerate(spec.operators):
-        fastest = max([Regime(start=0.0), *o.regimes], key=lambda r: r.rate_scale)
-        lightest = min([Regime(start=0.0), *o.regimes], key=lambda r: r.memory_scale)
         devices = [d for d, _ in o.peak_rows_per_s] if o.num_gpus > 0 else [CPU]
-        xs = []
-        for k, n in groups:
-            for d in devices:
-                if o.num_gpus > 0 and n.gpu_type != d:
-                    continue
-                x = pulp.LpVariable(f"x{i}_{k}_{d}", lowBound=0)
-                xs.append((x, o.rate_rows_per_s(d, o.batch_size, fastest)))
-                use[k].append((x, o.num_cpus, o.num_gpus))
-                if o.kind == "actor":
-                    memory.append((x, o.heap_bytes(o.batch_size, lightest)))
-        if not xs:
-            return 0.0
-        prob += pulp.lpSum(r * x for x, r in xs) >= f * t
+        mine = []
+        for j, (rows, at) in enumerate(pieces):
+            regime = _regime_of(o, at)
+            xs = []
+            for k, n in groups:
+                for d in devices:
+                    if o.num_gpus > 0 and n.gpu_type != d:
+                        continue
+                    x = pulp.LpVariable(f"x{i}_{j}_{k}_{d}", lowBound=0)  # replica-seconds
+                    xs.append((x, o.rate_rows_per_s(d, o.batch_size, regime)))
+                    use[k].append((x, o.num_cpus, o.num_gpus))
+                    if o.kind == "actor":
+                        memory.append((x, o.heap_bytes(o.batch_size, regime)))
+            if not xs:
+                return math.inf
+            prob += pulp.lpSum(r * x for x, r in xs) >= f * rows
+            mine += [x for x, _ in xs]
         if o.max_replicas is not None:
-            prob += pulp.lpSum(x for x, _ in xs) <= o.max_replicas
+            prob += pulp.lpSum(mine) <= o.max_replicas * w
         f *= o.selectivity
     for k, n in groups:
-        prob += pulp.lpSum(c * x for x, c, _ in use[k]) <= n.count * n.cpus
+        prob += pulp.lpSum(c * x for x, c, _ in use[k]) <= n.count * n.cpus * w
         if any(g > 0 for _, _, g in use[k]):
-            prob += pulp.lpSum(g * x for x, _, g in use[k]) <= n.count * n.gpus
+            prob += pulp.lpSum(g * x for x, _, g in use[k]) <= n.count * n.gpus * w
     if spec.memory_limit_bytes is not None and memory:
-        prob += pulp.lpSum(h / GiB * x for x, h in memory) <= spec.memory_limit_bytes / GiB
+        prob += pulp.lpSum(h / GiB * x for x, h in memory) <= spec.memory_limit_bytes / GiB * w
     prob.solve(pulp.HiGHS(msg=False) if pulp.HiGHS().available() else pulp.PULP_CBC_CMD(msg=False))
-    return float(t.value() or 0.0) if pulp.LpStatus[prob.status] == "Optimal" else 0.0
+    return float(w.value()) if pulp.LpStatus[prob.status] == "Optimal" else math.inf
+
+
+def _regime_of(o: SimOperator, at: float | None) -> Regime:
+    """The regime ``o`` runs the piece at dataset position ``at`` in (its fastest for ``None``
+    or regimes by time); the heap of its lightest regime with the latter."""
+    if at is not None and o.regime_by == "rows":
+        return o.regime(0.0, at)
+    fastest = max([Regime(start=0.0), *o.regimes], key=lambda r: r.rate_scale)
+    lightest = min([Regime(start=0.0), *o.regimes], key=lambda r: r.memory_scale)
+    return replace(fastest, memory_scale=lightest.memory_scale)
