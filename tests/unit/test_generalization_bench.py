@@ -62,13 +62,16 @@ def test_seeds_are_chosen_by_what_the_machine_can_host_in_order():
 
 
 def test_an_earlier_result_is_simulated_again_beside_its_real_walls(tmp_path, capsys):
-    rows = [{"seed": 19, "policy": p, "wall_s": 27.8, "sim_vs_real": 0.61} for p in gen.POLICIES]
+    rows = [{"seed": 19, "policy": p, "wall_s": 27.8, "sim_vs_real": 0.61, "bound_s": 9.0} for p in gen.POLICIES]
     path = tmp_path / "generalization-1.json"
     path.write_text(__import__("json").dumps({"workload": {"work_s": 45.0}, "rows": rows}))
     assert gen.resimulate(path) == 0
     out = capsys.readouterr().out
+    bound = gen.work_bound_s(gen.draw(19, work_s=45.0).spec)
     for p in gen.POLICIES:
         (line,) = [ln for ln in out.splitlines() if ln.split()[:2] == ["19", p]]
         sim = float(line.split()[3])
-        assert 0 < sim < 27.8 * 2 and line.split()[-1] == "0.61"
+        assert 0 < sim < 27.8 * 2 and line.split()[5] == "0.61"
+        assert line.split()[6:] == [f"{bound:.1f}", "9.0"]  # the bound now beside the one it was judged on
         assert f"{p}: median sim/real" in out and "within 15% on" in out
+        assert f"median of the bound now {bound / 27.8:.2f}" in out
