@@ -10,8 +10,10 @@ plays it: ``trident.autoscaler.sim.ray_rule``) and ``trident`` (told the drawn m
 seeded alike; the work bound is the time
 no policy can beat (each regime phase at the best placement the nodes allow, changes free).
 Writes ``benchmarks/results/generated_scenarios-<set>-<n>.json`` (RESULTS.md shape: one row per
-seed and policy; the ``summary`` gives the share of seeds at >= 0.98x Ray, the median ratio and
-the median fraction of the bound) and a PNG beside it. Every seed where trident is below 0.98x
+seed and policy; the ``summary`` gives the share of seeds at >= 0.98x Ray, the median ratio,
+the median fraction of the bound and, over trident's plans measured in all seeds, the median
+prediction error, ``|predicted / measured - 1|`` of the last operator's rows/s from the plan's
+targets reached to the next plan or a change of the data, as the run report reads it) and a PNG beside it. Every seed where trident is below 0.98x
 Ray is written to ``benchmarks/results/generated_losses/seed-<n>.json`` with its description
 and trident's decisions: replay it with ``draw(seed)``. A run still going at 8x the bound (at
 least an hour) is stopped and marked unfinished (``summary.unfinished``): its ratio is a lower
@@ -33,6 +35,7 @@ from trident.autoscaler.sim.pipeline import simulate
 from trident.autoscaler.sim.ray_rule import RayRule
 from trident.core.errors import ConfigError
 from trident.core.policy import PolicyContext
+from trident.report.predictions import plan_checks
 from trident.sim.compare import result_document
 
 HOLDOUT_FIRST = 100_000
@@ -55,7 +58,8 @@ def run_seed(seed: int, *, work_s: float) -> list[dict]:
                      "throughput_rows_per_s": res.throughput_rows_per_s, "oom_kills": res.oom_kills,
                      "reconfigurations": res.reconfigurations, "bound_s": bound,
                      "vs_bound": bound / res.wall_s if res.wall_s else None,
-                     "sim_cpu_s": time.perf_counter() - started, "scenario": drawn.describe()})
+                     "sim_cpu_s": time.perf_counter() - started, "scenario": drawn.describe(),
+                     "prediction_errors": [round(c.error, 4) for c in plan_checks(res) if c.error is not None]})
     for row in rows:
         row["ratio_to_baseline"] = results["ray"].wall_s / row["wall_s"] if row["wall_s"] else None
     return rows
@@ -71,7 +75,14 @@ def summary(rows: list[dict]) -> dict:
             "oom_kills": {p: sum(r["oom_kills"] for r in rows if r["policy"] == p) for p in ("ray", "trident")},
             "unfinished": {p: sorted(r["seed"] for r in rows if r["policy"] == p and not r["finished"])
                            for p in ("ray", "trident")},
-            "losses": sorted(r["seed"] for r in rows if r["policy"] == "trident" and r["ratio_to_baseline"] < LOSS)}
+            "losses": sorted(r["seed"] for r in rows if r["policy"] == "trident" and r["ratio_to_baseline"] < LOSS),
+            **_prediction_summary([e for r in rows if r["policy"] == "trident" for e in r["prediction_errors"]])}
+
+
+def _prediction_summary(errors: list[float]) -> dict:
+    """trident's plans measured (targets reached, a window of data after) and their median error."""
+    return {"plans_measured": len(errors), "prediction_error_median": statistics.median(errors) if errors else None,
+            "plans_within_15%": sum(e <= 0.15 for e in errors) / len(errors) if errors else None}
 
 
 def write_loss(seed: int, rows: list[dict], folder: Path, *, work_s: float) -> Path:

@@ -10,6 +10,7 @@ from trident.autoscaler.sim.pipeline import simulate
 from trident.autoscaler.sim.ray_rule import RayRule
 from trident.core.errors import ConfigError
 from trident.core.policy import PolicyContext
+from trident.report.predictions import plan_checks
 
 SEEDS = (2, 6, 11)
 """Development seeds for the property (the benchmark's held-out set starts at 100,000)."""
@@ -72,6 +73,25 @@ def test_rows_once_no_oom_under_trident_and_nobody_beats_the_bound(seed):
         assert res.rows_out == pytest.approx(drawn.spec.total_rows * selectivity, rel=1e-6)
         assert res.wall_s >= 0.9 * bound, (res.policy, res.wall_s, bound)  # bursts aside, none is faster
     assert tri.oom_kills == 0
+
+
+def test_the_simulator_says_when_a_plan_is_in_place_and_its_prediction_is_measured_from_there():
+    checks = []
+    for seed in SEEDS:
+        drawn, _, tri = _run(seed, work_s=60)
+        snaps = {s.time_s: s for s in tri.snapshots}
+        plans = [d for d in tri.decisions if d.plan is not None]
+        for a in tri.actions:  # every pool a plan moved is reported up once all its replicas are
+            plan = max((d for d in plans if d.time_s <= a.time_s), key=lambda d: d.time_s)
+            want = next(t.replicas for t in plan.plan.targets if t.name == a.operator)
+            op = snaps[a.time_s].operator(a.operator)
+            want = min(want, op.config.max_replicas or want)  # a plan's size, within the pool's bounds
+            assert a.kind == "target_reached" and op.actors_running == want and op.actors_pending == 0
+        for c in plan_checks(tri):
+            assert c.reached_s in [c.time_s] + [a.time_s for a in tri.actions] and c.reached_s < c.until_s
+            checks.append(c)
+    errors = sorted(c.error for c in checks)
+    assert errors and errors[(len(errors) - 1) // 2] <= 0.15, errors  # the plans' predictions come true
 
 
 _NO_TASKS = ("the simulator counted no finished tasks, so the policy never measured a selectivity and read "

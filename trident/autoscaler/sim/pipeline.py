@@ -45,6 +45,7 @@ from trident.autoscaler.sim.model import (  # noqa: F401 - the public names of t
     SimOperator,
 )
 from trident.core.types import Decision, OperatorConfig, OperatorSnapshot, Snapshot, TypeUsage
+from trident.report.record import Action
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,14 @@ class SimResult:
     timeline: tuple[TimelinePoint, ...] = field(default=())
     snapshots: tuple[Snapshot, ...] = field(default=())
     """Every snapshot the policy saw (what :func:`trident.history.lessons.learn` reads)."""
+    actions: tuple[Action, ...] = field(default=())
+    """``target_reached`` of each actor pool a plan sized or reconfigured, as the shim records it."""
+
+    @property
+    def ended_at_s(self) -> float:
+        """The run's end (seconds): with ``decisions``, ``snapshots`` and ``actions``, what
+        :func:`trident.report.predictions.plan_checks` reads of a run."""
+        return self.wall_s
 
 
 class PipelineSim:
@@ -98,6 +107,9 @@ class PipelineSim:
         self.actuation = Actuation(spec, self.ops, now=lambda: self.time_s, regime=self._regime)
         self.timeline: list[TimelinePoint] = []
         self.snapshots: list[Snapshot] = []
+        self.actions: list[Action] = []
+        self.reach: dict[str, tuple[int, float]] = {}
+        """Actor pools a plan moved and not yet where it put them: (replicas wanted, since when)."""
         self.actuation.start_pending()
 
     def _initial(self, o: SimOperator) -> _OpState:
@@ -288,6 +300,7 @@ class PipelineSim:
             seq += 1
             snap = self.snapshot(seq)
             self.snapshots.append(snap)
+            self._record_reached()
             self.timeline.append(TimelinePoint(
                 time_s=self.time_s, throughput_rows_per_s=snap.operators[0].rows_out_per_s / max(
                     self.spec.operators[0].selectivity, 1e-12),
@@ -298,12 +311,31 @@ class PipelineSim:
                 self.applied_seq = decision.plan.seq
                 for t in decision.plan.targets:
                     self.actuation.apply(t)
+                    st = next((x for x in self.ops if x.spec.name == t.name), None)
+                    if st is not None and st.spec.kind == "actor":
+                        self.reach[t.name] = (st.config_replicas, self.time_s)
         src = self.spec.total_rows - self.source_left
         return SimResult(
             policy=self.policy_name, wall_s=self.time_s, rows_out=self.ops[-1].rows_out, source_rows=int(round(src)),
             finished=self.ops[-1].completed, throughput_rows_per_s=src / self.time_s if self.time_s else 0.0,
             reconfigurations=self.actuation.reconfigurations, oom_kills=self.oom_kills,
-            decisions=tuple(self.loop.decisions), timeline=tuple(self.timeline), snapshots=tuple(self.snapshots))
+            decisions=tuple(self.loop.decisions), timeline=tuple(self.timeline), snapshots=tuple(self.snapshots),
+            actions=tuple(self.actions))
+
+    def _record_reached(self) -> None:
+        """A ``target_reached`` action for each moved pool whose wanted replicas are all warm in
+        its new configuration, none pending and no old replica left to retire (the shim's rule;
+        replicas draining their last batch do not count)."""
+        for name, (want, since) in list(self.reach.items()):
+            st = next(x for x in self.ops if x.spec.name == name)
+            live = [g for g in st.groups if g.release_at_s is None]
+            new = sum(g.count for g in live if not g.retiring and self.actuation.is_warm(g))
+            waiting = any(not self.actuation.is_warm(g) for g in live) or any(g.retiring for g in live)
+            if new == want and not waiting:
+                del self.reach[name]
+                self.actions.append(Action(time_s=self.time_s, operator=name, kind="target_reached",
+                                           detail=f"{want} replica(s) up {self.time_s - since:.0f} s after the plan",
+                                           value=self.time_s - since))
 
 
 def simulate(spec: PipelineSpec, *, policy: str | Policy, seed: int = 0, max_time_s: float = 3_600.0,
