@@ -10,14 +10,14 @@ plays it: ``trident.autoscaler.sim.ray_rule``) and ``trident`` (told the drawn m
 seeded alike; the work bound is the time
 no policy can beat (each regime phase at the best placement the nodes allow, changes free).
 Writes ``benchmarks/results/generated_scenarios-<set>-<n>.json`` (RESULTS.md shape: one row per
-seed and policy; the ``summary`` gives the share of seeds at >= 0.98x Ray, the median ratio,
-the median fraction of the bound and, over trident's plans measured in all seeds, the median
-prediction error, ``|predicted / measured - 1|`` of the last operator's rows/s from the plan's
-targets reached to the next plan or a change of the data, as the run report reads it) and a PNG beside it. Every seed where trident is below 0.98x
-Ray is written to ``benchmarks/results/generated_losses/seed-<n>.json`` with its description
-and trident's decisions: replay it with ``draw(seed)``. A run still going at 8x the bound (at
-least an hour) is stopped and marked unfinished (``summary.unfinished``): its ratio is a lower
-bound. Mode: simulated.
+seed and policy; the ``summary`` gives the share of seeds at >= 0.98x Ray, the median ratio, the
+median fraction of the bound and, over trident's plans measured in all seeds, the median prediction
+error, ``|predicted / measured - 1|`` of the last operator's rows/s from the plan's targets reached
+to the next plan or a change of the data, as the run report reads it) and a PNG beside it. Every
+seed where trident is below 0.98x Ray is written to
+``benchmarks/results/generated_losses/seed-<n>.json`` with its description and trident's decisions:
+replay it with ``draw(seed)``. A run still going at 8x the bound (at least an hour) is stopped and
+marked unfinished (``summary.unfinished``): its ratio is a lower bound. Mode: simulated.
 """
 from __future__ import annotations
 
