@@ -121,6 +121,9 @@ FIXED = {
         "and went back only at 61 s, after the dwell",
     152: "a pool explored on a type where its first window showed under half its rate waited for a "
          "second window and the dwell before it went back",
+    142: "6 CPUs on the GPU nodes for four pools: the batch search sized a larger batch's trial for 7-13 "
+         "replicas of the bottleneck, whose nodes had CPUs for 3, found none safe under the memory limit "
+         "and never tried one",
 }
 """Development seeds trident once lost to Ray's rule, and why: each stays at >= 0.98x."""
 

@@ -3,7 +3,7 @@ once the allocation is settled and a memory limit is known.
 
 A larger batch often cannot be certified safe for every replica from one measured batch (memory
 per replica is bounded by the measured value times the batch ratio until a second batch is seen),
-so a trial may run fewer replicas - at least half of those the pool's GPUs allow - at the new
+so a trial may run fewer replicas - at least half of those the pool may run - at the new
 batch: the largest count whose memory bound fits. Replicas scale linearly in the planner's model,
 so each measured batch is an observation at every replica count; the optimiser's search is over
 batch sizes, and once it converges (or its trials are spent) the pool moves to the best measured
@@ -21,6 +21,7 @@ from trident.core.model.features import device_type_of
 from trident.core.model.threads import single_threaded
 from trident.core.plan.placement import PlacementProblem, throughput_of
 from trident.autoscaler.policies.trident import estimates
+from trident.autoscaler.policies.trident.inner import gpu_node_cpus
 from trident.autoscaler.policies.trident.problem import remaining_s, utilisation
 from trident.autoscaler.policies.trident.records import ConfigKey, Estimate, key_of
 from trident.autoscaler.policies.trident.settings import TridentSettings
@@ -238,12 +239,20 @@ def _line(x1: float, y1: float, x2: float, y2: float):
 
 
 def most_replicas(snap: Snapshot, o: OperatorSnapshot) -> int:
-    """Replicas the pool may run: its maximum, and no more than the GPUs the other pools leave."""
+    """Replicas the pool may run: its maximum, and no more than the GPUs the other pools leave, nor
+    the CPUs they leave on the GPU nodes (where the nodes are known; its type's when pinned). Seed
+    142 of the generated scenarios: 6 CPUs on the GPU nodes for four pools; the batch search sized
+    a larger batch's trial for 7-13 replicas of a pool that could hold 3, found none of them safe
+    under the memory limit, and never tried one."""
     hi = o.config.max_replicas or max(o.config.replicas or 1, 1)
     if o.config.num_gpus > 0:
         others = sum((x.config.replicas or 0) * x.config.num_gpus for x in snap.operators
                      if x.name != o.name and x.config.kind == "actor")
         hi = min(hi, math.floor((snap.cluster.gpus - others) / o.config.num_gpus + 1e-9))
+        cpus = gpu_node_cpus(snap, {o.name: 0})
+        if cpus is not None and o.config.num_cpus > 0:
+            left = cpus.get(o.config.accelerator_type, cpus[None])
+            hi = min(hi, math.floor(left / o.config.num_cpus + 1e-9))
     return max(hi, o.config.min_replicas, 1)
 
 
