@@ -9,7 +9,7 @@ import numpy as np
 from trident.autoscaler.policies.trident.problem import typed_view
 from trident.autoscaler.policies.trident.records import RateSample, key_of
 from trident.autoscaler.policies.trident.settings import TridentSettings
-from trident.autoscaler.policies.trident.shifts import placement_moved
+from trident.autoscaler.policies.trident.shifts import placement_moved, replaced
 from trident.autoscaler.policies.trident.tracking import Observer
 from trident.core.detect.changepoint import ChangeEvent
 from trident.core.types import ClusterView, OperatorConfig, OperatorSnapshot, Snapshot, TypeUsage
@@ -68,3 +68,20 @@ def test_a_pool_backpressured_on_two_types_is_planned_per_type_at_its_ratio_betw
     tr.snaps = deque((t, replace(o, backpressured=False)) for t, o in snaps)
     quiet = tr.snaps[-1][1]  # not backpressured: read from its rates per type as before, the same here
     assert typed_view(replace(snap, operators=(quiet,)), [quiet], obs.tracks, S).seen["embed"] == rates
+
+
+def test_the_mix_before_a_change_is_read_since_the_actors_last_moved():
+    # B only for 120 s, then B and C half and half (taken for placement at 120 s), then B only
+    # again from 160 s: against the mix since 120 s the busy time moved by a half, against the
+    # whole run by a fifth (seed 166 of the generated scenarios took it for a change of the data)
+    snaps = [(0.0, _pool(0.0, {"B": (1, 0, 0.0)})), (120.0, _pool(120.0, {"B": (1, 180, 120.0)})),
+             (160.0, _pool(160.0, {"B": (1, 240, 160.0), "C": (1, 120, 40.0)}))]
+    after = _pool(163.0, {"B": (1, 243, 162.0), "C": (0, 120, 40.0)})  # 3 tasks on B since: under 4
+    event = ChangeEvent(signal="embed rows/s per replica", index=4, changed_at_s=160.0, detected_at_s=163.0,
+                        mean_before=77.0, mean_after=50.0, samples_since_change=2, reason="")
+    _, tr = _track(snaps)
+    assert placement_moved(tr, after, key_of(after.config), event, S.shift_ratio) is None
+    obs, tr = _track(snaps)
+    moved = replace(event, changed_at_s=120.0, detected_at_s=125.0, mean_before=50.0, mean_after=77.0)
+    replaced(obs, tr, key_of(after.config), moved, {"B": 0.5, "C": 0.5})  # the move at 120 s
+    assert placement_moved(tr, after, key_of(after.config), event, S.shift_ratio) == {"B": 1.0}

@@ -224,7 +224,9 @@ def placement_moved(tr: OperatorTrack, op: OperatorSnapshot, key: ConfigKey, ev:
     although no row costs more."""
     if op.config.accelerator_type is not None or op.config.num_gpus <= 0 or not op.by_type:
         return None
-    before = [o for t, o in tr.snaps if tr.since_s(key) <= t <= ev.changed_at_s and key_of(o.config) == key]
+    # since the detector last started afresh: what its mean before the change covers
+    since = max(tr.since_s(key), tr.placed_from_s)
+    before = [o for t, o in tr.snaps if since <= t <= ev.changed_at_s and key_of(o.config) == key]
     if len(before) < 2:
         return None
     one, two = _per_type(before[0], before[-1]), _per_type(before[-1], op)
@@ -254,6 +256,7 @@ def replaced(obs: Observed, tr: OperatorTrack, key: ConfigKey, ev: ChangeEvent, 
     prediction and held the pool at its size for "it got slower"."""
     start = ev.changed_at_s
     tr.rate_detector.reset()
+    tr.placed_from_s = start
     tr.rates = [r for r in tr.rates if r.key != key or r.time_s >= start]
     obs.assumed.pop(tr.name, None)
     obs.changed = True

@@ -38,6 +38,9 @@ class OperatorTrack:
     fitted_at_s: float | None = None
     needs_fit: bool = False
     matched: bool = False
+    placed_from_s: float = 0.0
+    """When its actors last moved between accelerator types (:func:`.shifts.replaced`): its rate
+    detector started afresh there."""
     bo_tried: int = 0
     bo_settled: bool = False
     """The batch-size search is over for this regime (converged, or moved to the best found)."""
