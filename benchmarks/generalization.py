@@ -381,9 +381,9 @@ def resimulate(path: Path) -> int:
 
     doc = json.loads(path.read_text())
     work_s, rows = doc["workload"]["work_s"], doc["rows"]
-    seeds = sorted({r["seed"] for r in rows})
-    sims = {seed: simulated(draw(seed, work_s=work_s), host_cores()) for seed in seeds}
-    bounds = {seed: work_bound_s(draw(seed, work_s=work_s).spec) for seed in seeds}
+    drawn = {seed: draw(seed, work_s=work_s) for seed in sorted({r["seed"] for r in rows})}
+    sims = {seed: simulated(d, host_cores()) for seed, d in drawn.items()}
+    bounds = {seed: work_bound_s(d.spec) for seed, d in drawn.items()}
     print(f"{'seed':>5} {'policy':8} {'real s':>7} {'sim s':>6} {'sim/real':>8} {'then':>6} {'bound s':>8} {'then':>6}")
     for r in rows:
         sim = sims[r["seed"]][r["policy"]]

@@ -193,8 +193,12 @@ class Actuation:
 
     # --- plan application ------------------------------------------------------------
 
+    def state(self, name: str) -> _OpState | None:
+        """The operator called ``name`` (``None``: no such operator)."""
+        return next((s for s in self.ops if s.spec.name == name), None)
+
     def apply(self, target: OperatorTarget) -> None:
-        st = next((s for s in self.ops if s.spec.name == target.name), None)
+        st = self.state(target.name)
         if st is None:
             return
         new_batch = target.batch_size if target.batch_size is not None else st.batch_size

@@ -311,7 +311,7 @@ class PipelineSim:
                 self.applied_seq = decision.plan.seq
                 for t in decision.plan.targets:
                     self.actuation.apply(t)
-                    st = next((x for x in self.ops if x.spec.name == t.name), None)
+                    st = self.actuation.state(t.name)
                     if st is not None and st.spec.kind == "actor":
                         self.reach[t.name] = (st.config_replicas, self.time_s)
         src = self.spec.total_rows - self.source_left
@@ -327,7 +327,7 @@ class PipelineSim:
         its new configuration, none pending and no old replica left to retire (the shim's rule;
         replicas draining their last batch do not count)."""
         for name, (want, since) in list(self.reach.items()):
-            st = next(x for x in self.ops if x.spec.name == name)
+            st = self.actuation.state(name)
             live = [g for g in st.groups if g.release_at_s is None]
             new = sum(g.count for g in live if not g.retiring and self.actuation.is_warm(g))
             waiting = any(not self.actuation.is_warm(g) for g in live) or any(g.retiring for g in live)
