@@ -160,6 +160,7 @@ def _roll_out(st: PolicyState, snap: Snapshot, ops, prob, planning, result, now:
                                               why="the batch-size trial")
     # what the plan assumed of each operator's rate (rows out per busy replica-second)
     selectivities = estimates.selectivities(snap, ops, st.tracks)
+    st.outrun.clear()
     st.observer.assumed = {
         o.name: Assumed(key_of(o.config), planning.rates[o.name].rows_per_s * sel,
                         starting=estimates.at_start(st.tracks[o.name], key_of(o.config), planning.rates[o.name].source))

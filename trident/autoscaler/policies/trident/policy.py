@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from trident.autoscaler.policies.trident import explore, planner, problem
-from trident.autoscaler.policies.trident.rollouts import inner, rollout
+from trident.autoscaler.policies.trident.rollouts import inner, outrun, rollout
 from trident.autoscaler.policies.trident.settings import TridentSettings
 from trident.autoscaler.policies.trident.state import PolicyState
 from trident.core.model.threads import single_threaded
@@ -93,6 +93,12 @@ def step(st: PolicyState, snap: Snapshot, now: float) -> Decision:
         # first try's pipeline with its data changed, 6 Embed actors planned on Detect's
         # remembered rate kept starting for 4 s after Detect's first tasks ran 4x slower
         notes.append(f"rollout ended: the history of {', '.join(st.set_aside)} was set aside; planning again")
+        st.phases.clear()
+        st.look_again()
+    short = outrun(st, snap)
+    if short:
+        # an operator the plan could not size proves too slow for it: its rollout is not finished first
+        notes.append(("rollout ended: " if st.phases.active else "") + "; ".join(short) + "; planning again")
         st.phases.clear()
         st.look_again()
     decision = rollout(st, snap, now, notes) if st.phases.active else outer(st, snap, now, notes)

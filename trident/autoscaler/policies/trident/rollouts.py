@@ -9,7 +9,7 @@ from dataclasses import replace
 from trident.autoscaler.policies.trident import estimates
 from trident.autoscaler.policies.trident.inner import inner_targets
 from trident.autoscaler.policies.trident.phases import Stuck, hold_tasks
-from trident.autoscaler.policies.trident.records import Bounds
+from trident.autoscaler.policies.trident.records import Bounds, key_of
 from trident.autoscaler.policies.trident.state import PolicyState
 from trident.core.types import Decision, DecisionKind, OperatorTarget, Snapshot
 
@@ -24,6 +24,34 @@ def hold_running_tasks(snap: Snapshot) -> tuple[tuple[OperatorTarget, ...], str]
         return (), ""
     return caps, ("; task operators held at their running tasks (" + ", ".join(
         f"{c.name} <= {c.replicas}" for c in caps) + ") so that the CPUs old replicas leave wait for the new ones")
+
+
+MEASURED = ("measured", "busy time", "last window", "first windows", "stall bound")
+"""Sources of :func:`estimates.own_rate` that this run's own tasks measured."""
+
+
+def outrun(st: PolicyState, snap: Snapshot) -> list[str]:
+    """Operators the standing plan held for lack of evidence (no rate when it was made: the plan
+    took them to keep up) whose first measured rate cannot carry what the plan puts through them:
+    at their replicas they make less than its prediction over ``shift_ratio``. Each is named once
+    a plan (:attr:`PolicyState.outrun`). A task stage whose first input came after the plan, at the
+    concurrency the user gave it, bounded a pipeline for the 20 s a pool's new actors took to
+    start, and the plan waited for them."""
+    if st.check.done:
+        return []
+    found = []
+    for o in snap.operators:
+        want, n = st.check.predicted.get(o.name), o.config.replicas
+        if want is None or n is None or o.completed or o.name in st.observer.assumed or o.name in st.outrun \
+                or o.name not in st.tracks or o.config.kind != "task":
+            continue
+        est = estimates.own_rate(st.tracks[o.name], o, key_of(o.config), st.settings)
+        if est.source in MEASURED and est.rows_per_s * n * st.settings.shift_ratio < want:
+            st.outrun.add(o.name)
+            found.append(f"{o.name} puts out {est.rows_per_s:.3g} rows/s per replica ({est.source}): "
+                         f"{est.rows_per_s * n:.3g} at {n}, where the plan, made before it was measured, "
+                         f"puts {want:.3g} through it")
+    return found
 
 
 def rollout(st: PolicyState, snap: Snapshot, now: float, notes: list[str]) -> Decision:

@@ -55,6 +55,8 @@ class PolicyState:
     """Operators some issued target has named (Ray's own rule no longer drives their pools)."""
     finished_ops: set[str] = field(default_factory=set)
     """Operators seen completed (each one's end frees what it held for the operators left)."""
+    outrun: set[str] = field(default_factory=set)
+    """Operators found unable to carry the standing plan since it was made (:func:`.rollouts.outrun`)."""
     pools: set[str] = field(default_factory=set)
     """The actor pools of the last snapshot."""
     room: tuple[float, float] | None = None
