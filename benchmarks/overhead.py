@@ -5,7 +5,8 @@
    ``trident.autoscale(policy="ray")``, alternating, ``--runs`` times each after one warm-up
    of each; the figure is the ratio of the median wall times (goal <= 1.03).
    Besides the ratio (noisy on a shared machine), the run record gives trident's own
-   executor-thread time (``shim_time_s``), which no other load distorts.
+   executor-thread time (``shim_time_s``) and its controller's CPU time (``controller_cpu_s``),
+   which no other load distorts.
 2. Time to target: a benchmark policy moves the actor pool between 1 and 3 replicas each
    time the previous target was reached (``--reach-runs`` pipelines); every ``target_reached`` action gives the seconds
    from the plan (the snapshot it was decided on) to the pool running exactly that many
@@ -152,7 +153,8 @@ def main() -> int:
              "observed_throughput_rows_per_s": statistics.median(s["throughput_rows_per_s"] for s in summaries),
              "reconfigurations": sum(s["reconfigurations"] for s in summaries), "rows_lost": 0,
              "shim_time_s": statistics.median(s["shim_time_s"] for s in summaries),
-             "shim_time_pct": statistics.median(100 * s["shim_time_s"] / s["wall_s"] for s in summaries)},
+             "shim_time_pct": statistics.median(100 * s["shim_time_s"] / s["wall_s"] for s in summaries),
+             "controller_cpu_s": statistics.median(s["controller_cpu_s"] for s in summaries)},
         ],
         "wall_time_ratio_median": ratio,
         "target_reach_s_median": statistics.median(reach) if reach else None,

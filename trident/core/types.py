@@ -277,6 +277,9 @@ class Decision:
     """Operators whose data started a new regime at this step."""
     history_runs: tuple[str, ...] = ()
     """Earlier runs whose history (:mod:`trident.history`) the plan made at this step leaned on."""
+    cpu_s: float = 0.0
+    """CPU seconds the controller's thread spent on this step and its metrics (0: not measured,
+    as in the simulators)."""
 
     def __post_init__(self) -> None:
         try:

@@ -140,7 +140,7 @@ def _decision(d: dict[str, Any]) -> Decision:
                     kind=d.get("kind", ""),
                     predicted_rows_per_s=tuple((n, r) for n, r in d.get("predicted_rows_per_s", ())),
                     regime_changes=tuple(d.get("regime_changes", ())),
-                    history_runs=tuple(d.get("history_runs", ())))
+                    history_runs=tuple(d.get("history_runs", ())), cpu_s=d.get("cpu_s", 0.0))
 
 
 def _execution(d: dict[str, Any]) -> ExecutionRecord:
@@ -205,6 +205,7 @@ def summarize(record: RunRecord) -> dict[str, Any]:
         "controller_failure": next((ev.message for ev in events if ev.kind == "controller_failed"), None),
         "warnings": list(record.warnings),
         "shim_time_s": sum(e.shim_time_s for e in record.executions),
+        "controller_cpu_s": sum(d.cpu_s for e in record.executions for d in e.decisions),
         "prediction_error": prediction_error([c for e in record.executions for c in plan_checks(e)]),
         "first_plan_s": next((d.time_s for e in record.executions[:1] for d in e.decisions if d.plan is not None),
                              None),

@@ -53,7 +53,8 @@ def format_execution(e: ExecutionRecord, *, max_timeline_rows: int = 30, name_wi
     head = f"execution {e.execution_id} (dataset {e.dataset_id}): {e.status}, mode {e.mode}"
     if e.wall_s is not None:
         head += f", wall {e.wall_s:.2f} s"
-    lines = [head + f", trident on the executor thread {e.shim_time_s * 1e3:.0f} ms"]
+    lines = [head + f", trident on the executor thread {e.shim_time_s * 1e3:.0f} ms, "
+             f"its controller {sum(d.cpu_s for d in e.decisions) * 1e3:.0f} ms of CPU"]
     if e.snapshots:
         last = e.snapshots[-1]
         peak = peak_heap_rss_per_replica(e.snapshots)

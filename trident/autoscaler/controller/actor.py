@@ -71,7 +71,9 @@ class Controller:
         self.priors[execution_id] = tuple(priors)
 
     def step(self, snapshot: Snapshot, now: float) -> Decision:
-        """One control step of ``snapshot``'s execution; its series go to Ray's metrics endpoint."""
+        """One control step of ``snapshot``'s execution, with the CPU time it took
+        (:attr:`Decision.cpu_s`); its series go to Ray's metrics endpoint."""
+        t0 = time.thread_time()
         loop = self.loops.get(snapshot.execution_id)
         if loop is None:
             ctx = replace(self.context, priors=self.priors.pop(snapshot.execution_id, ()))
@@ -82,7 +84,7 @@ class Controller:
         if self.metrics is not None:
             self.metrics.record(snapshot, decision, policy=getattr(loop.policy, "name", type(loop.policy).__name__),
                                 memory_limit_bytes=self.context.memory_limit_bytes)
-        return decision
+        return replace(decision, cpu_s=time.thread_time() - t0)
 
 
 @dataclass(frozen=True)
