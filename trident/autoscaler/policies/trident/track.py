@@ -33,6 +33,9 @@ class OperatorTrack:
     key: ConfigKey | None = None
     window: Counters | None = None
     pending_since_s: float | None = None
+    """When actors of the pool last began to be pending (``None``: none pending)."""
+    running_before: int | None = None
+    """Its actors running when they did; ``None`` once that wait gave its cold start sample."""
     cold_start_s: float | None = None
     regime_start_s: float = 0.0
     fitted_at_s: float | None = None
