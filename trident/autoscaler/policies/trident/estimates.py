@@ -84,6 +84,11 @@ def rate(tr: OperatorTrack, op: OperatorSnapshot, key: ConfigKey, settings: Trid
     return Estimate(belief.blend(tuple(key), own.rows_per_s, n), own.source, belief.prior.run)
 
 
+MEASURED_SOURCES = ("measured", "stall bound", "last window", "busy time", "first windows")
+"""The sources of :func:`own_rate` that this run's own finished tasks measured (not a rate per type
+read while unpinned, the model's, or none)."""
+
+
 def own_rate(tr: OperatorTrack, op: OperatorSnapshot, key: ConfigKey, settings: TridentSettings) -> Estimate:
     """Output rows per busy replica-second of ``op`` under ``key`` from this run, and where it came
     from: the median of the configuration's rate windows once there are ``min_rate_windows``, else its

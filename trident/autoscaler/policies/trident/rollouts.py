@@ -26,10 +26,6 @@ def hold_running_tasks(snap: Snapshot) -> tuple[tuple[OperatorTarget, ...], str]
         f"{c.name} <= {c.replicas}" for c in caps) + ") so that the CPUs old replicas leave wait for the new ones")
 
 
-MEASURED = ("measured", "busy time", "last window", "first windows", "stall bound")
-"""Sources of :func:`estimates.own_rate` that this run's own tasks measured."""
-
-
 def outrun(st: PolicyState, snap: Snapshot) -> list[str]:
     """Operators the standing plan held for lack of evidence (no rate when it was made: the plan
     took them to keep up) whose first measured rate cannot carry what the plan puts through them:
@@ -46,7 +42,7 @@ def outrun(st: PolicyState, snap: Snapshot) -> list[str]:
                 or o.name not in st.tracks or o.config.kind != "task":
             continue
         est = estimates.own_rate(st.tracks[o.name], o, key_of(o.config), st.settings)
-        if est.source in MEASURED and est.rows_per_s * n * st.settings.shift_ratio < want:
+        if est.source in estimates.MEASURED_SOURCES and est.rows_per_s * n * st.settings.shift_ratio < want:
             st.outrun.add(o.name)
             found.append(f"{o.name} puts out {est.rows_per_s:.3g} rows/s per replica ({est.source}): "
                          f"{est.rows_per_s * n:.3g} at {n}, where the plan, made before it was measured, "
