@@ -97,6 +97,8 @@ def test_the_simulator_says_when_a_plan_is_in_place_and_its_prediction_is_measur
 _NO_TASKS = ("the simulator counted no finished tasks, so the policy never measured a selectivity and read "
              "a fan-out's or a filter's rows in as its rows out")
 FIXED = {
+    86: "the first plan per type came while op3's one actor on A, 6x faster there, was still starting: "
+        "it pinned op3 to B and retired that actor before its first task",
     185: _NO_TASKS + " (a x3 fan-out)",
     20: _NO_TASKS,
     47: _NO_TASKS,
@@ -183,6 +185,24 @@ def test_a_rolling_update_whose_new_actor_finds_no_room_does_not_hold_the_planne
         else:
             since = None
     assert longest <= pending_guard_s(None) + 10.0, longest
+
+
+def test_a_gpu_cap_learned_beside_a_pool_of_quarter_gpus_ends_when_that_pool_finishes():
+    """Seed 81: op2's quarter-GPU actors spread over four 1-GPU nodes leave no node for a third
+    whole-GPU actor of op4; the mismatch caps the GPUs at what the running actors hold. A task
+    operator that finishes frees no GPU and keeps the cap (no second try that leaves op4's actor
+    pending again); op2 finishing frees its GPUs, and the next plan grows op4 past the cap."""
+    drawn = draw(81, work_s=240)
+    ctx = PolicyContext(memory_limit_bytes=drawn.memory_limit_bytes, seed=81)
+    res = simulate(drawn.spec, policy="trident", seed=81, context=ctx)
+    assert res.finished and res.source_rows == drawn.spec.total_rows
+    story = [f"{d.time_s:.0f} {d.kind}: {d.reason[:120]}" for d in res.decisions if d.kind not in ("observe", "dwell")]
+    capped = [d for d in res.decisions if d.kind == "mismatch" and "of op4 pending" in d.reason]
+    assert len(capped) == 1, story
+    op2_done = next(s.time_s for s in res.snapshots if s.operator("op2").completed)
+    grown = [t for d in res.decisions if d.plan is not None and d.time_s >= op2_done
+             for t in d.plan.targets if t.name == "op4" and (t.replicas or 0) > 2]
+    assert grown, story
 
 
 def test_pools_whose_actors_land_on_a_slower_type_keep_their_regime_and_are_planned_per_type():

@@ -1,6 +1,7 @@
 """What mismatches taught the ``trident`` policy, kept for its next plans (:mod:`.check`): the CPUs
-or GPUs its actors could be placed on, while the cluster's nodes stay as they were, and the size
-beyond which a saturated pool puts out no more, until its data changes. Pure: no Ray, no clock."""
+or GPUs its actors could be placed on, while the cluster's nodes stay as they were and no operator
+finishes, and the size beyond which a saturated pool puts out no more, until its data changes.
+Pure: no Ray, no clock."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -28,6 +29,16 @@ class Learned:
     def data_changed(self, operators: list[str]) -> None:
         for name in operators:
             self.saturated.pop(name, None)
+
+    def room_freed(self, *, cpus: bool, gpus: bool) -> None:
+        """An operator that held CPUs (``cpus``) or GPUs (``gpus``) finished, or the room changed:
+        the caps on them are forgotten. Each is what the operators running then held beside an
+        actor Ray could not place; a finished operator leaves, and with it what split the nodes'
+        room (a pool of quarter GPUs spread over four 1-GPU nodes leaves no node for a whole-GPU
+        actor until it finishes)."""
+        for name, freed in (("cpus", cpus), ("gpus", gpus)):
+            if freed:
+                self.caps.pop(name, None)
 
     def caps_on(self, snap: Snapshot) -> dict[str, float]:
         """The caps learned on the cluster ``snap`` sees (others are forgotten)."""

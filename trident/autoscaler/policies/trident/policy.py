@@ -154,6 +154,9 @@ def _finished(st: PolicyState, snap: Snapshot) -> list[str]:
         return []
     st.look_again()
     st.ceilings.clear()  # what blocked a size may have been the finished operator's, or the room
+    configs = [snap.operator(n).config for n in new]
+    st.learned.room_freed(cpus=resized or any(c.num_cpus > 0 for c in configs),
+                          gpus=resized or any(c.num_gpus > 0 for c in configs))
     if resized:
         st.check.drop()  # the plan's prediction was made for another room
     return ([f"{', '.join(new)} finished: planning again for the operators left"] if new else

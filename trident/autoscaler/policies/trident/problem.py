@@ -243,7 +243,7 @@ class TypedView:
     """Each unpinned GPU pool's rate (rows out per busy replica-second) on each type it was measured on."""
     per_type: bool
     """Whether pools are planned per type: every GPU pool pinned, or measured on every type it
-    holds actors on, and some pool materially faster on one type than another."""
+    holds actors on with none pending, and some pool materially faster on one type than another."""
     upside: float
     """How much faster a pool may be on a type it never ran on: the largest ratio measured
     between two types."""
@@ -254,7 +254,8 @@ def typed_view(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Op
     typed = {t for t, g in snap.cluster.gpus_by_type if g > 0}
     gpu_ops = [o for o in ops if o.config.num_gpus > 0]
     # an unpinned pool's rate on each type its actors ran on; planned per type once every
-    # type it holds actors on is measured
+    # type it holds actors on is measured and none of its actors is pending: Ray may yet place
+    # one on a type the pool never ran on, and a pin now would retire it before its first task
     seen = {o.name: estimates.typed_rates(tracks[o.name], key_of(o.config), settings.min_busy_s)
             or _one_type_rate(tracks[o.name], o, settings) or _backpressured_rates(tracks[o.name], o, settings)
             for o in gpu_ops if o.config.accelerator_type is None}
@@ -267,7 +268,7 @@ def typed_view(snap: Snapshot, ops: list[OperatorSnapshot], tracks: dict[str, Op
     upside = max((max(r.values()) / min(r.values()) for r in seen.values() if len(r) >= 2 and min(r.values()) > 0),
                  default=1.0)
     per_type = bool(typed) and all(o.config.accelerator_type in typed
-                                   or (differs and seen.get(o.name)
+                                   or (differs and seen.get(o.name) and not o.actors_pending
                                        and {u.accelerator_type for u in o.by_type if u.actors} <= set(seen[o.name]))
                                    for o in gpu_ops)
     return TypedView(seen, per_type, upside)
